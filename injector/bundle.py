@@ -1,0 +1,72 @@
+"""Self-contained copies of the earlylog runtime: for `earlylog install` and for PYTHONPATH use.
+It only copies this package's own source files; it never imports or runs what it copies."""
+import hashlib
+import os
+import shutil
+
+from earlylog import __version__
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def runtime_files():
+    """The package's own .py files (sorted), which is all the runtime needs."""
+    return sorted(name for name in os.listdir(PACKAGE_DIR) if name.endswith(".py"))
+
+
+def template_path():
+    """sitecustomize.py: packaged beside the runtime in a wheel, or in the source checkout."""
+    for path in (os.path.join(PACKAGE_DIR, "_template", "sitecustomize.py"),
+                 os.path.join(os.path.dirname(PACKAGE_DIR), "sitecustomize_template", "sitecustomize.py")):
+        if os.path.isfile(path):
+            return path
+    raise FileNotFoundError("the sitecustomize template is missing from this earlylog installation")
+
+
+def copy_runtime(dest):
+    """Write dest/earlylog/*.py; returns the paths written."""
+    pkg = os.path.join(dest, "earlylog")
+    os.makedirs(pkg, exist_ok=True)
+    written = []
+    for name in runtime_files():
+        target = os.path.join(pkg, name)
+        shutil.copyfile(os.path.join(PACKAGE_DIR, name), target)
+        written.append(target)
+    return written
+
+
+def _fingerprint():
+    digest = hashlib.sha256()
+    for path in [os.path.join(PACKAGE_DIR, n) for n in runtime_files()] + [template_path()]:
+        with open(path, "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()[:10]
+
+
+def cache_root():
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "earlylog")
+
+
+def pythonpath_folder():
+    """A folder with sitecustomize.py beside a runtime copy, made once per version and content."""
+    from earlylog import sinks
+    name = "runtime-%s-%s" % (__version__, _fingerprint())
+    candidates = [cache_root(), os.path.join(sinks.default_base(), "cache")]
+    last_error = None
+    for root in candidates:
+        folder = os.path.join(root, name)
+        if os.path.isfile(os.path.join(folder, "sitecustomize.py")):
+            return folder
+        try:
+            tmp = folder + ".tmp%d" % os.getpid()
+            copy_runtime(tmp)
+            shutil.copyfile(template_path(), os.path.join(tmp, "sitecustomize.py"))
+            try:
+                os.rename(tmp, folder)
+            except OSError:  # another process made it first
+                shutil.rmtree(tmp, ignore_errors=True)
+            return folder
+        except OSError as exc:
+            last_error = exc
+    raise OSError("cannot write a runtime folder under %s (%s)" % (" or ".join(candidates), last_error))

@@ -1,0 +1,63 @@
+"""Hides secrets before anything is logged: secret-named env values, --token style arguments,
+and passwords inside URLs. It must never log, and never return an unredacted secret."""
+import os
+
+MASK = "***"
+SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE",
+                "SESSION", "PRIVATE")
+
+
+def _words():
+    extra = os.environ.get("EARLYLOG_REDACT", "")
+    return SECRET_WORDS + tuple(w.strip().upper() for w in extra.split(",") if w.strip())
+
+
+def secret_name(name):
+    """True for names like HF_TOKEN, AWS_SECRET_ACCESS_KEY, --api-key, db_password."""
+    upper = name.upper().replace("-", "_")
+    return any(word in upper for word in _words())
+
+
+def url(text):
+    """Mask the password of every `scheme://user:password@host` in text."""
+    out, start = [], 0
+    while True:
+        at = text.find("://", start)
+        if at < 0:
+            break
+        end = at + 3
+        stop = end
+        while stop < len(text) and text[stop] not in " \t\"'/?#":
+            stop += 1
+        authority = text[end:stop]
+        if "@" in authority:
+            userinfo, host = authority.rsplit("@", 1)
+            user = userinfo.split(":", 1)[0]
+            authority = (user + ":" + MASK if ":" in userinfo else MASK) + "@" + host
+        out.append(text[start:end] + authority)
+        start = stop
+    out.append(text[start:])
+    return "".join(out)
+
+
+def value(name, text):
+    """An environment value as it may be logged."""
+    return MASK if secret_name(name) and text else url(text)
+
+
+def argv(args):
+    """The command line with `--token X`, `--password=X` and URL passwords masked."""
+    out, hide_next = [], False
+    for arg in args:
+        if hide_next:
+            out.append(MASK)
+            hide_next = False
+            continue
+        if arg.startswith("-") and "=" in arg:
+            option, _, val = arg.partition("=")
+            out.append(option + "=" + (MASK if secret_name(option) else url(val)))
+            continue
+        if arg.startswith("-") and len(arg) > 2 and secret_name(arg.lstrip("-")):
+            hide_next = True
+        out.append(url(arg))
+    return out

@@ -1,0 +1,103 @@
+"""One helper for every test: run a real interpreter with an explicit env and return what it left.
+Scenarios are a few lines on top of run_python(); timeouts come from EARLYLOG_TEST_TIMEOUT."""
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+from earlylog import records  # the runtime's own parser (importing it starts nothing)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMEOUT = float(os.environ.get("EARLYLOG_TEST_TIMEOUT", "60"))
+PYTHON = sys.executable
+
+
+def clean_env(**extra):
+    """The test process's env without any EARLYLOG* or PYTHON* switches, plus `extra`."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("EARLYLOG") and k not in ("PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONIOENCODING",
+                                                           "PYTHONDONTWRITEBYTECODE", "PYTEST_ADDOPTS")}
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+class Result:
+    """What a process left behind: exit status, output bytes, and its log folder."""
+
+    def __init__(self, returncode, stdout, stderr, logdir):
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        self.logdir = logdir
+
+    @property
+    def out(self):
+        return self.stdout.decode("utf-8", "replace")
+
+    @property
+    def err(self):
+        return self.stderr.decode("utf-8", "replace")
+
+    def files(self):
+        return log_files(self.logdir)
+
+    def text(self):
+        """All log files' text, joined (one process or many)."""
+        return "".join(read(p) for p in self.files())
+
+    def records(self):
+        return [r for r in (records.parse(line) for line in self.text().splitlines()) if r]
+
+
+def log_files(logdir):
+    if not logdir or not os.path.isdir(logdir):
+        return []
+    return sorted(os.path.join(logdir, n) for n in os.listdir(logdir) if n.endswith(".log"))
+
+
+def read(path):
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
+def script(tmp_path, code, name="script.py"):
+    """Write dedented code to a file and return its path."""
+    path = os.path.join(str(tmp_path), name)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(textwrap.dedent(code))
+    return path
+
+
+def run_python(args, logdir=None, env=None, timeout=None, python=PYTHON, stdin=subprocess.DEVNULL,
+               enabled=True, cwd=None):
+    """Run python with args (a list; a str is `-c` code) and EARLYLOG=1 unless enabled=False."""
+    if isinstance(args, str):
+        args = ["-c", textwrap.dedent(args)]
+    extra = {"EARLYLOG": "1"} if enabled else {}
+    if logdir is not None:
+        extra["EARLYLOG_DIR"] = str(logdir)
+    full_env = clean_env(**extra)
+    full_env.update({k: str(v) for k, v in (env or {}).items()})
+    proc = subprocess.run([python] + list(args), env=full_env, capture_output=True, stdin=stdin,
+                          timeout=timeout or TIMEOUT, cwd=cwd)
+    return Result(proc.returncode, proc.stdout, proc.stderr, str(logdir) if logdir else None)
+
+
+def wait_for(predicate, timeout=None, interval=0.1):
+    """Poll until predicate() is truthy; returns its value or raises AssertionError."""
+    deadline = time.monotonic() + (timeout or TIMEOUT)
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("timed out waiting for %r" % (predicate,))
+
+
+def wait_log(logdir, needle, timeout=None):
+    """Wait until some log file in logdir contains needle; returns all logs' text."""
+    def found():
+        text = "".join(read(p) for p in log_files(logdir))
+        return text if needle in text else None
+    return wait_for(found, timeout)
