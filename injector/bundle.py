@@ -56,9 +56,12 @@ def pythonpath_folder():
     last_error = None
     for root in candidates:
         folder = os.path.join(root, name)
-        if os.path.isfile(os.path.join(folder, "sitecustomize.py")):
-            return folder
         try:
+            if root != candidates[0]:
+                # Code we put on PYTHONPATH must not sit where another user of /tmp planted it (issue 7).
+                sinks._private_dir(sinks.default_base())
+            if os.path.isfile(os.path.join(folder, "sitecustomize.py")):
+                return folder
             tmp = folder + ".tmp%d" % os.getpid()
             copy_runtime(tmp)
             shutil.copyfile(template_path(), os.path.join(tmp, "sitecustomize.py"))

@@ -36,7 +36,18 @@ def build_parser():
     for name in ("sh", "json", "cmd", "powershell"):
         fmt.add_argument("--" + name, dest="format", action="store_const", const=name)
     p.set_defaults(func=launch.env, format="sh")
+    p = sub.add_parser("dump", help="make live earlylog processes write every thread's stack now")
+    p.add_argument("target", metavar="PID|LOGDIR", help="one process, or every live process logging into a folder")
+    p.set_defaults(func=_dump)
+    from earlylog import report, tail
+    report.add_parser(sub)
+    tail.add_parser(sub)
     return parser
+
+
+def _dump(args):
+    from earlylog import dump
+    return dump.main(args)
 
 
 def main(argv=None):

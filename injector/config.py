@@ -18,10 +18,11 @@ KNOBS = {
     "EARLYLOG_LIVE": ("flag", True, "make sys.stdout/sys.stderr line-buffered so print() arrives at once"),
     "EARLYLOG_TEE": ("flag", True, "copy the program's own stdout/stderr lines into the log file"),
     "EARLYLOG_PROBES": ("flag", True, "log the environment probes (process, stdio, machine, GPU, packages)"),
-    "EARLYLOG_IMPORTS": ("seconds", 0.5, "log any submodule import slower than this; top-level packages always"),
+    "EARLYLOG_IMPORTS": ("seconds", 0.5, "log any submodule import slower than this; top-level packages always; 0: off"),
     "EARLYLOG_MARKS": ("flag", True, "mark torch/accelerate/transformers steps (CUDA init, init_process_group, ...)"),
     "EARLYLOG_REDACT": ("text", "", "extra comma-separated words; env names containing them are redacted"),
     "EARLYLOG_LOG_ARG": ("text", "", "take the log file path from the program's own option, e.g. --log"),
+    "EARLYLOG_NATIVE": ("flag", True, "add py-spy or gdb native stacks to a process's first stall dump"),
     "EARLYLOG_DEBUG": ("flag", False, "print earlylog's own internal errors with tracebacks"),
 }
 

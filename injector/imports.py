@@ -1,6 +1,113 @@
-"""The import timeline and library marks: phases for slow imports and hang-prone library calls.
-It must not change import semantics or what a wrapped function does."""
+"""The import timeline: a phase per module load, lines for third-party packages and slow imports,
+and the post-import moment at which library marks are applied. It must not change import semantics."""
+import os
+import sys
+import threading
+
+from earlylog import phases
+
+_original = None
+_logger = None
+_threshold = 0.0
+_marks = None
+_STDLIB = os.path.dirname(os.__file__) + os.sep
+_nesting = {}  # thread ident -> the imports running on it, innermost last (tokens of _begin)
 
 
 def start(logger):
-    """Placeholder until issue 5 lands."""
+    """Install the hook once per interpreter (a fork child keeps it) unless both knobs are off."""
+    global _original, _logger, _threshold, _marks
+    _logger = logger
+    _threshold = logger.config.imports
+    if logger.config.marks:
+        from earlylog import marks
+        _marks = marks
+        marks.start(logger)
+    if _original is not None or not (_threshold or _marks):
+        return
+    bootstrap = sys.modules["_frozen_importlib"]
+    _original = bootstrap._load_unlocked
+    _load_unlocked.__code__ = _load_unlocked.__code__.replace(co_filename=_IMPORTLIB_FILE)
+    bootstrap._load_unlocked = _load_unlocked
+
+
+# Why importlib._bootstrap._load_unlocked, and nothing else: every import statement, __import__,
+# importlib.import_module and parent-package import that actually executes a module goes through
+# it, after the finders have picked a spec and with the module lock held, and it is looked up as
+# a module global at each call, so rebinding it is the whole hook. Finders, specs, loaders,
+# namespace packages, zip imports, find_spec, reload and lazy loaders see nothing different, and
+# an import that is already done or fails to find its module costs nothing. A meta-path finder
+# would have to sit in front of every finder and wrap loaders (changing __loader__), and
+# _find_and_load also runs for every missing optional module.
+# The wrapper carries importlib's own file name because CPython trims the frames of that file from
+# import tracebacks (Python/import.c remove_importlib_frames): a module that raises at import shows
+# the user exactly the traceback it shows without earlylog. code.replace, not compile(): the
+# first compile() in a process costs 2-4 ms of start-up.
+_IMPORTLIB_FILE = "<frozen importlib._bootstrap>"
+
+
+def _load_unlocked(spec):
+    token = _begin(spec)
+    try:
+        module = _original(spec)
+    except BaseException as exc:
+        _end(token, spec, exc)
+        raise
+    _end(token, spec, None)
+    return module
+
+
+def _third_party(spec):
+    """A top-level package from outside the standard library: it gets begin and end lines."""
+    origin = spec.origin
+    if origin in ("built-in", "frozen") or spec.name == "earlylog":
+        return False
+    if origin and origin.startswith(_STDLIB):
+        return origin.startswith(("site-packages", "dist-packages"), len(_STDLIB))
+    return True
+
+
+def _begin(spec):
+    try:
+        if not _threshold:
+            return None
+        name = spec.name
+        loud = "." not in name and _third_party(spec)
+        if loud:
+            _logger.event("phase", "begin import " + name, console=False)
+        # [phase entry, loud, seconds spent in the imports this one makes]
+        token = [phases.begin("import " + name, quiet=True), loud, 0.0]
+        _nesting.setdefault(threading.get_ident(), []).append(token)
+        return token
+    except Exception:  # nothing of ours may fail an import
+        return None
+
+
+def _end(token, spec, error):
+    try:
+        if token is not None:
+            entry, loud, inner = token
+            took = phases.end(entry, quiet=True)
+            tid = threading.get_ident()
+            stack = _nesting.get(tid, [])
+            if stack and stack[-1] is token:
+                stack.pop()
+            if stack:
+                stack[-1][2] += took
+            else:
+                _nesting.pop(tid, None)  # short-lived threads must not leave one empty list each
+            if loud and error is not None:
+                _logger.event("phase", "error %s after %.3f s: %s: %s"
+                              % (entry[0], took, type(error).__name__, error), console=False)
+            elif loud:
+                _logger.event("phase", "end %s after %.3f s" % (entry[0], took),
+                              console=took >= _threshold)
+            elif error is None and took - inner >= _threshold:
+                # Its own code, not the imports it makes: a slow module is named once, not
+                # with every package above it (torch._dynamo's chain gave 13 lines).
+                _logger.event("phase", "slow %s after %.3f s" % (entry[0], took))
+        if error is None and _marks is not None and spec.name in _marks.TABLE:
+            _marks.apply(spec.name)
+    except Exception:
+        pass
+

@@ -11,7 +11,10 @@ from earlylog.installer import CliError
 
 def variables(environ=os.environ):
     """EARLYLOG=1 and PYTHONPATH with the runtime folder first (plus EARLYLOG_* already set)."""
-    folder = bundle.pythonpath_folder()
+    try:
+        folder = bundle.pythonpath_folder()
+    except OSError as exc:
+        raise CliError(str(exc))
     old = environ.get("PYTHONPATH", "")
     parts = [folder] + [p for p in old.split(os.pathsep) if p and p != folder]
     out = {"EARLYLOG": "1", "PYTHONPATH": os.pathsep.join(parts)}
@@ -51,9 +54,12 @@ def run(args):
     values = variables()
     if "EARLYLOG_DIR" not in values and "EARLYLOG_FILE" not in values:
         import time
-        base = sinks._private_dir(sinks.default_base())
-        values["EARLYLOG_DIR"] = os.path.join(base, time.strftime("%Y%m%d-%H%M%S") + "-%d" % os.getpid())
-        sinks._private_dir(values["EARLYLOG_DIR"])
+        try:
+            base = sinks._private_dir(sinks.default_base())
+            values["EARLYLOG_DIR"] = os.path.join(base, time.strftime("%Y%m%d-%H%M%S") + "-%d" % os.getpid())
+            sinks._private_dir(values["EARLYLOG_DIR"])
+        except OSError as exc:
+            raise CliError("cannot make the log folder (%s); set EARLYLOG_DIR to a folder of yours" % exc)
     child_env = dict(os.environ, **values)
     sys.stderr.write("earlylog: logs of this run go to %s\n"
                      % values.get("EARLYLOG_DIR", values.get("EARLYLOG_FILE")))

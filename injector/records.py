@@ -35,14 +35,12 @@ def cut(text, limit=MAX_LINE):
 
 def format_lines(fmt, now, pid, tag, host, kind, text, more=()):
     """One event (and its continuation lines) as one string ready for a single write()."""
-    messages = ["%s: %s" % (kind, text)] + [CONTINUATION + line for line in more]
     if fmt == "json":
         import json
-        stamp = clock(now)
-        return "".join(json.dumps({"ts": round(now, 3), "time": stamp, "pid": pid, "tag": tag,
-                                   "host": host, "kind": kind if i == 0 else "|",
-                                   "msg": cut(m if i == 0 else m[2:])}, ensure_ascii=False) + "\n"
-                       for i, m in enumerate(messages))
+        base = {"ts": round(now, 3), "time": clock(now), "pid": pid, "tag": tag, "host": host}
+        return "".join(json.dumps(dict(base, kind=k, msg=cut(m)), ensure_ascii=False) + "\n"
+                       for k, m in [(kind, text)] + [("|", line) for line in more])
+    messages = ["%s: %s" % (kind, text)] + [CONTINUATION + line for line in more]
     head = "%s %s %d %s " % (PREFIX, clock(now), pid, tag)
     return "".join(head + cut(m.replace("\n", "\\n")) + "\n" for m in messages)
 

@@ -19,7 +19,8 @@ def secret_name(name):
 
 
 def url(text):
-    """Mask the password of every `scheme://user:password@host` in text."""
+    """Mask the password of every `scheme://user:password@host` in text, and secret-named query
+    values (`?token=X`, `&api_key=X`: presigned and webhook URLs carry their credential there)."""
     out, start = [], 0
     while True:
         at = text.find("://", start)
@@ -37,6 +38,25 @@ def url(text):
         out.append(text[start:end] + authority)
         start = stop
     out.append(text[start:])
+    joined = "".join(out)
+    return _query(joined) if "=" in joined and ("?" in joined or "&" in joined) else joined
+
+
+def _query(text):
+    """Mask the value of every `name=value` after `?` or `&` whose name looks secret."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] in "?&":
+            eq = text.find("=", i)
+            stop = eq
+            while stop >= 0 and stop < len(text) and text[stop] not in " \t\"'&#":
+                stop += 1
+            if eq > i + 1 and not any(c in text[i + 1:eq] for c in " \t/?&") and secret_name(text[i + 1:eq]):
+                out.append(text[i:eq + 1] + MASK)
+                i = stop
+                continue
+        out.append(text[i])
+        i += 1
     return "".join(out)
 
 
@@ -46,7 +66,8 @@ def value(name, text):
 
 
 def argv(args):
-    """The command line with `--token X`, `--password=X` and URL passwords masked."""
+    """The command line with `--token X`, `--password=X`, `HF_TOKEN=X` words (an `env` or
+    `sh -c` command line: a parent's argv is logged too) and URL passwords masked."""
     out, hide_next = [], False
     for arg in args:
         if hide_next:
@@ -59,5 +80,15 @@ def argv(args):
             continue
         if arg.startswith("-") and len(arg) > 2 and secret_name(arg.lstrip("-")):
             hide_next = True
-        out.append(url(arg))
+        out.append(_assignments(url(arg)) if "=" in arg else url(arg))
     return out
+
+
+def _assignments(text):
+    """Mask NAME=value words whose NAME looks secret, in a shell-like string."""
+    words = text.split(" ")
+    for i, word in enumerate(words):
+        name, eq, _ = word.partition("=")
+        if eq and name and secret_name(name.lstrip("-").strip("'\"")):
+            words[i] = name + "=" + MASK
+    return " ".join(words)

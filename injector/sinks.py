@@ -60,9 +60,12 @@ def _default_dir(started):
 
 
 def _user_dir(path):
-    os.makedirs(path, exist_ok=True)
-    if not os.path.isdir(path):
-        raise OSError("it is not a folder")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except FileExistsError:  # makedirs' strerror would be a puzzling "File exists"
+        raise OSError("it is a file, not a folder")
+    except NotADirectoryError:
+        raise OSError("part of its path is a file, not a folder")
     if not os.access(path, os.W_OK | os.X_OK):
         raise OSError("it is not writable")
     return path
@@ -89,7 +92,8 @@ def open_log(config, ident, started, explicit=None):
         try:
             return _open_new(wanted), wanted
         except OSError as exc:
-            say("cannot write the log file %r (%s); using the log folder instead" % (wanted, _reason(exc)))
+            say("cannot write %s%r (%s); using the log folder instead"
+                % ("the log file " if explicit else "EARLYLOG_FILE=", wanted, _reason(exc)))
     name = file_name(started, ident)
     folders = []
     if config.dir:
@@ -107,6 +111,22 @@ def open_log(config, ident, started, explicit=None):
 
 def _reason(exc):
     return exc.strerror or str(exc) if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+
+def _write_without_sigpipe(fd, data):
+    """os.write to a pipe with SIGPIPE held back: a program that set SIGPIPE to SIG_DFL may die of
+    its own writes to a gone reader, never of ours (issue 7: it ended 141 where it ended 0)."""
+    import signal
+    if not hasattr(signal, "pthread_sigmask"):
+        return os.write(fd, data)
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGPIPE,))
+    try:
+        return os.write(fd, data)
+    finally:
+        if signal.SIGPIPE not in held:
+            if signal.SIGPIPE in signal.sigpending():
+                signal.sigwait((signal.SIGPIPE,))  # ours, pending: take it back before unblocking
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGPIPE,))
 
 
 class Console:
@@ -151,7 +171,9 @@ class Console:
         try:
             if self.sock is not None:
                 import socket
-                sent = self.sock.send(data, socket.MSG_DONTWAIT)
+                sent = self.sock.send(data, socket.MSG_DONTWAIT | getattr(socket, "MSG_NOSIGNAL", 0))
+            elif self.kind == "pipe":
+                sent = _write_without_sigpipe(self.fd, data)
             else:
                 sent = os.write(self.fd, data)
             if sent < len(data):

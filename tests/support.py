@@ -101,3 +101,19 @@ def wait_log(logdir, needle, timeout=None):
         text = "".join(read(p) for p in log_files(logdir))
         return text if needle in text else None
     return wait_for(found, timeout)
+
+
+def user_text(data):
+    """Output bytes as text less earlylog's own lines: what the program itself wrote."""
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    ours = ("[earlylog] ", "earlylog: ", '{"ts": ')
+    return "".join(line for line in text.splitlines(True) if not line.startswith(ours))
+
+
+def run_both(args, logdir, env=None, **kwargs):
+    """Run args without and with earlylog and assert the program behaved the same (exit status,
+    stdout, stderr less earlylog's lines); returns the run with earlylog."""
+    off = run_python(args, env=env, enabled=False, **kwargs)
+    on = run_python(args, logdir=logdir, env=env, **kwargs)
+    assert (on.returncode, on.out, user_text(on.err)) == (off.returncode, off.out, user_text(off.err)), on.err[-3000:]
+    return on

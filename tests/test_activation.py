@@ -241,3 +241,18 @@ def test_run_starts_earlylog_in_python_under_a_node_launcher(tmp_path):
     assert result.returncode == 7 and "py ok" in result.stdout, result.stderr
     files = log_files(str(logs))
     assert len(files) == 1 and "via sitecustomize" in read(files[0])
+
+
+@pytest.mark.parametrize("version", ["3.9", "3.13"])
+def test_runtime_runs_on_other_pythons(version, tmp_path, logdir):
+    found = [os.path.join(d, "bin", "python" + version) for d in
+             sorted(__import__("glob").glob("/root/.pyenv/versions/%s.*" % version))]
+    if not found:
+        pytest.skip("no Python %s on this machine" % version)
+    venv = make_venv(tmp_path / "venv", python=found[0])
+    assert earlylog_cli("install", "--python", venv).returncode == 0
+    code = "import os, sys; pid = os.fork()\nif pid == 0: os._exit(0)\nos.waitpid(pid, 0); sys.exit(4)"
+    result = run_python(code, python=venv, logdir=logdir)
+    assert result.returncode == 4
+    assert len(starts(result)) == 2 and "Python %s" % version in starts(result)[0]["msg"]
+    assert "earlylog:" not in result.err, result.err

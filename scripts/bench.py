@@ -1,0 +1,378 @@
+#!/usr/bin/env python3
+"""earlylog's benchmark suite (issue 8): each cost it adds against a baseline from the same run.
+It never fails on a number: a missed budget is OVER in the table, a feature not built yet is n/a.
+
+Run it with the dev venv (it needs earlylog and torch there):
+    .ci-venv/bin/python scripts/bench.py [--smoke] [--json PATH] [--cache DIR]
+Start-up rows use venvs it builds and caches under --cache (bare, earlylog installed with
+`pip install <repo>`, hunter installed); a change to the runtime's source rebuilds the earlylog one.
+"""
+import argparse
+import ast
+import importlib.util
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # scripts/ is no package
+import bench_logs  # noqa: E402
+import bench_stats  # noqa: E402
+import bench_venvs  # noqa: E402
+
+CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_child.py")
+# The full run fits 5 minutes on 2 busy cores; --smoke (CI) only shows that every row runs.
+PLANS = {
+    "full": dict(startup_rounds=60, torch_rounds=5, torch_steps=200, log_calls=2000, log_blocks=20,
+                 print_rounds=8, print_count=20000, idle_seconds=60, idle_pairs=3, stall_after=2,
+                 stall_runs=3, report_sizes=(500, 1000), report_rounds=2, warmup=1),
+    "smoke": dict(startup_rounds=3, torch_rounds=1, torch_steps=10, log_calls=200, log_blocks=3,
+                  print_rounds=2, print_count=500, idle_seconds=2, idle_pairs=1, stall_after=1,
+                  stall_runs=1, report_sizes=(10, 20), report_rounds=1, warmup=0),
+}
+HUNTER_ON = "module='__main__'"  # hunter's own example filter: trace the main script only
+
+
+def child_env(**extra):
+    """The bench's env without EARLYLOG*/PYTHON* switches, plus `extra`: the same for both sides."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EARLYLOG", "PYTHON"))}
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def run_ok(argv, env, stdout=bench_stats.DEVNULL):
+    wall, cpu, status = bench_stats.spawn(argv, env, stdout=stdout)
+    if status != 0:
+        raise RuntimeError("%s exited %d" % (" ".join(argv[-3:]), status))
+    return wall, cpu
+
+
+def read_result(path):
+    with open(path) as f:
+        return ast.literal_eval(f.read())
+
+
+# ---- rows: each is a dict; verdict is ok, OVER, n/a, error, or - (an alternative: no budget)
+
+def row(rid, title, baseline, budget, result, verdict, sides="", stats=None):
+    return {"id": rid, "row": title, "baseline": baseline, "budget": budget, "result": result,
+            "sides": sides, "verdict": verdict, "stats": stats}
+
+
+def missing(rid, title, baseline, budget, why):
+    return row(rid, title, baseline, budget, "n/a (%s)" % why, "n/a")
+
+
+def judged(rid, title, baseline, budget, stats, limit, on="ratio", unit="ms", scale=1e3, cpu=None):
+    """A row judged on the median of the per-pair ratios (on="ratio", limit 1.02: at most 2% slower)
+    or differences (on="added", limit in the stats' own unit); limit None: an alternative, unjudged."""
+    def shown(value):
+        return "%+.1f%%" % ((value - 1) * 100) if on == "ratio" else "%+.3g" % (value * scale)
+    s = stats[on]
+    suffix = "" if on == "ratio" else " " + unit
+    result = "%s%s (%s..%s)" % (shown(s["median"]), suffix, shown(s["p25"]), shown(s["p75"]))
+    if cpu is not None:
+        result += "; CPU %s%s" % (shown(cpu[on]["median"]), suffix)
+    verdict = "-" if limit is None else ("ok" if s["median"] <= limit else "OVER")
+    return row(rid, title, baseline, budget, result, verdict, _sides(stats, unit, scale), dict(stats, cpu=cpu))
+
+
+def _sides(stats, unit, scale):
+    return "%.3g / %.3g %s" % (stats["measured"]["median"] * scale, stats["baseline"]["median"] * scale, unit)
+
+
+def startup_rows(venvs, plan, work):
+    """`python -c pass` in every start-up variant, all interleaved in the same rounds."""
+    bare, hooked = venvs.bare(), venvs.earlylog()
+    variants = {
+        "bare": ([bare], {}),
+        "off": ([hooked], {}),
+        "on": ([hooked], {"EARLYLOG": "1", "EARLYLOG_DIR": os.path.join(work, "startup-logs")}),
+        "importtime": ([bare, "-X", "importtime"], {}),
+        "faulthandler": ([bare], {"PYTHONFAULTHANDLER": "1"}),
+    }
+    hunter_missing = None
+    try:
+        hunter = venvs.alternative("hunter")
+        variants["hunter-off"] = ([hunter], {})
+        variants["hunter-on"] = ([hunter], {"PYTHONHUNTER": HUNTER_ON})
+    except Exception as exc:  # no PyPI here: the comparison is left out, never the bench
+        hunter_missing = "hunter not installable: %s" % exc
+    envs = {name: child_env(**extra) for name, (_argv, extra) in variants.items()}
+    samples = bench_stats.interleave(plan["startup_rounds"], variants,
+                                     lambda name: run_ok(variants[name][0] + ["-c", "pass"], envs[name]),
+                                     plan["warmup"])
+
+    def both(a, b):
+        """Wall and CPU statistics of variant a against variant b."""
+        return [bench_stats.paired([s[i] for s in samples[a]], [s[i] for s in samples[b]]) for i in (0, 1)]
+
+    rows = []
+    wall, cpu = both("off", "bare")
+    rows.append(judged("startup-installed", "start-up, hook installed, EARLYLOG unset (`python -c pass`)",
+                       "not installed", "< 1% slower", wall, 1.01, cpu=cpu))
+    wall, cpu = both("on", "off")
+    rows.append(judged("startup-on", "start-up, EARLYLOG=1 (`python -c pass`)", "EARLYLOG unset",
+                       "< 5 ms added, stretch 2 ms", wall, 0.005, "added", cpu=cpu))
+    for name, title, baseline in (
+            ("importtime", "alternative: `python -X importtime -c pass`", "plain python"),
+            ("faulthandler", "alternative: PYTHONFAULTHANDLER=1 (`python -c pass`)", "plain python")):
+        wall, cpu = both(name, "bare")
+        rows.append(judged("alt-" + name, title, baseline, "-", wall, None, "added", cpu=cpu))
+    hunter_rows = (("alt-hunter-installed", "alternative: hunter installed, PYTHONHUNTER unset",
+                    "not installed", "hunter-off", "bare", "ratio"),
+                   ("alt-hunter-on", "alternative: PYTHONHUNTER=\"%s\"" % HUNTER_ON,
+                    "PYTHONHUNTER unset", "hunter-on", "hunter-off", "added"))
+    for rid, title, baseline, a, b, on in hunter_rows:
+        if hunter_missing:
+            rows.append(missing(rid, title, baseline, "-", hunter_missing))
+        else:
+            wall, cpu = both(a, b)
+            rows.append(judged(rid, title, baseline, "-", wall, None, on, cpu=cpu))
+    return rows
+
+
+def torch_rows(plan, work):
+    """`import torch` and a training loop, timed inside the same children, EARLYLOG=1 against unset."""
+    import_title = "`import torch` with EARLYLOG=1 (import timeline on)"
+    loop_title = "%d-step CPU torch training loop, DataLoader (2 workers), a print per step" % plan["torch_steps"]
+    if importlib.util.find_spec("torch") is None:
+        return [missing("torch-import", import_title, "EARLYLOG unset", "< 3%", "torch is not installed"),
+                missing("torch-loop", loop_title, "EARLYLOG unset", "< 2%", "torch is not installed")]
+    envs = {"on": child_env(EARLYLOG=1, EARLYLOG_DIR=os.path.join(work, "torch-logs")), "off": child_env()}
+    result = os.path.join(work, "torch-result")
+
+    def one(name):
+        run_ok([sys.executable, CHILD, "torch", result, str(plan["torch_steps"])], envs[name])
+        return read_result(result)
+
+    samples = bench_stats.interleave(plan["torch_rounds"], ("on", "off"), one, plan["warmup"])
+    stats = {part: bench_stats.paired([s[part] for s in samples["on"]], [s[part] for s in samples["off"]])
+             for part in ("import", "import_cpu", "loop")}
+    return [judged("torch-import", import_title, "EARLYLOG unset", "< 3%", stats["import"], 1.03,
+                   unit="s", scale=1, cpu=stats["import_cpu"]),
+            judged("torch-loop", loop_title, "EARLYLOG unset", "< 2%", stats["loop"], 1.02, unit="s", scale=1)]
+
+
+def logline_row(venvs, plan, work):
+    """earlylog.log() against two raw os.write calls of the same bytes, blocks alternating in one child."""
+    result = os.path.join(work, "logline-result")
+    run_ok([venvs.earlylog(), CHILD, "logline", result, str(plan["log_calls"]), str(plan["log_blocks"])],
+           child_env(EARLYLOG=1, EARLYLOG_DIR=os.path.join(work, "logline-logs")))
+    timed = read_result(result)
+    return judged("log-line", "log line to file + console (/dev/null)",
+                  "the same bytes by two raw `os.write` calls", "< 2x",
+                  bench_stats.paired(timed["earlylog"], timed["raw"]), 2.0, unit="us", scale=1e6)
+
+
+def print_row(venvs, plan, work):
+    """A user's print() with earlylog on (live + tee) against print(..., flush=True) without it."""
+    python, result = venvs.earlylog(), os.path.join(work, "print-result")
+    sides = {"live": ("0", child_env(EARLYLOG=1, EARLYLOG_DIR=os.path.join(work, "print-logs"))),
+             "flush": ("1", child_env())}
+
+    def one(name):
+        flush, env = sides[name]
+        run_ok([python, CHILD, "print", result, str(plan["print_count"]), flush], env)
+        return read_result(result)
+
+    samples = bench_stats.interleave(plan["print_rounds"], sides, one, plan["warmup"])
+    return judged("print-live", "a user `print()` made live (line-buffered + tee)",
+                  "`print(..., flush=True)` without earlylog", "< 1.5x",
+                  bench_stats.paired(samples["live"], samples["flush"]), 1.5, unit="us", scale=1e6)
+
+
+class Sleepers:
+    """The idle and stall children: they sleep, so they run beside the other rows and cost no time."""
+
+    def __init__(self, venvs, plan, work):
+        self.venvs, self.plan, self.work, self.procs = venvs, plan, work, []
+
+    def start(self):
+        plan, work, python = self.plan, self.work, self.venvs.earlylog()
+        for i in range(plan["idle_pairs"]):
+            for side, extra in (("on", {"EARLYLOG": 1, "EARLYLOG_DIR": os.path.join(work, "idle-logs")}),
+                                ("off", {})):
+                self._start("idle", "%s-%d" % (side, i), python, plan["idle_seconds"], extra)
+        for i in range(plan["stall_runs"]):
+            self._start("stall", str(i), python, plan["stall_after"] + 4,
+                        {"EARLYLOG": 1, "EARLYLOG_STALL": plan["stall_after"],
+                         "EARLYLOG_DIR": os.path.join(work, "stall-logs-%d" % i)})
+        return []
+
+    def _start(self, scenario, name, python, seconds, extra):
+        result = os.path.join(self.work, "%s-%s-result" % (scenario, name))
+        proc = subprocess.Popen([python, CHILD, scenario, result, str(seconds)], env=child_env(**extra),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.procs.append((scenario, name, result, proc))
+
+    def rows(self):
+        if not self.procs:
+            return []  # start() failed, and its error row says why
+        deadline = time.monotonic() + self.plan["idle_seconds"] + 60
+        for _scenario, _name, _result, proc in self.procs:
+            try:
+                proc.wait(timeout=max(1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        return self._idle_rows() + [self._stall_row()]
+
+    def _results(self, scenario, prefix=""):
+        return [read_result(result) for s, name, result, proc in self.procs
+                if s == scenario and name.startswith(prefix) and proc.returncode == 0]
+
+    def _idle_rows(self):
+        on, off = self._results("idle", "on-"), self._results("idle", "off-")
+        seconds = self.plan["idle_seconds"]
+        cpu = bench_stats.paired([r["cpu"] / r["seconds"] for r in on], [r["cpu"] / r["seconds"] for r in off])
+        rss = bench_stats.paired([r["rss_end_kib"] / 1024 for r in on], [r["rss_end_kib"] / 1024 for r in off])
+        return [judged("idle-cpu", "watchdog CPU while idle for %g s" % seconds, "process without earlylog",
+                       "< 0.1% of a core", cpu, 0.001, "added", "% of a core", 100),
+                judged("memory", "resident memory after start-up (VmRSS)", "EARLYLOG unset",
+                       "< 3 MiB added", rss, 3.0, "added", "MiB", 1)]
+
+    def _stall_row(self):
+        after = self.plan["stall_after"]
+        title = "stall detection latency (EARLYLOG_STALL=%g)" % after
+        late = [x for x in (self._stall_latency(i) for i in range(self.plan["stall_runs"])) if x is not None]
+        if not late:
+            return missing("stall-latency", title, "the configured threshold", "within 1 s", "no dump seen")
+        extra = [x - after for x in late]
+        stats = {"added": bench_stats.summary(extra), "latency": bench_stats.summary(late)}
+        median = stats["added"]["median"]
+        return row("stall-latency", title, "the configured threshold", "within 1 s",
+                   "%+.2f s after the threshold (%+.2f..%+.2f)" % (median, stats["added"]["p25"], stats["added"]["p75"]),
+                   "ok" if abs(median) <= 1.0 else "OVER", "%.2f / %g s" % (stats["latency"]["median"], after), stats)
+
+    def _stall_latency(self, i):
+        """Seconds from the child falling silent (its own timestamp, just after its last output) to
+        its first stall:/dump: line, or None. earlylog's own later lines (probes) are not activity."""
+        from earlylog import records
+        try:
+            silent = read_result(os.path.join(self.work, "stall-%d-result" % i))
+        except (OSError, ValueError, SyntaxError):
+            return None
+        folder = os.path.join(self.work, "stall-logs-%d" % i)
+        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
+            with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as f:
+                for record in filter(None, map(records.parse, f)):
+                    if record["kind"] in ("stall", "dump"):
+                        return _epoch(record["time"]) - silent
+        return None
+
+
+def _epoch(stamp):
+    """`2026-12-02 13:05:01.123` (local time, as records.clock writes it) as epoch seconds."""
+    return time.mktime(time.strptime(stamp[:19], "%Y-%m-%d %H:%M:%S")) + int(stamp[20:23]) / 1000.0
+
+
+def report_row(venvs, plan, work):
+    """`earlylog report` over synthetic folders of two sizes: seconds, and how they grow."""
+    small, large = plan["report_sizes"]
+    title = "`earlylog report` on %s process logs (~10 KB each)" % format(large, ",")
+    budget = "seconds (< 10 s); cost grows linearly"
+    python = venvs.earlylog()
+    _wall, _cpu, status = bench_stats.spawn([python, "-m", "earlylog", "report", "--help"], child_env())
+    if status != 0:
+        return missing("report", title, "-", budget, "`earlylog report` does not exist yet")
+    folders = {n: bench_logs.make(os.path.join(work, "report-%d" % n), n) for n in (small, large)}
+
+    def report(n):
+        wall, _cpu, status = bench_stats.spawn([python, "-m", "earlylog", "report", folders[n]], child_env())
+        if status not in (0, 1):  # 1 says processes are in trouble, as every tenth one here is
+            raise RuntimeError("`earlylog report FOLDER` exited %d" % status)
+        return wall
+
+    try:
+        for n in folders:
+            report(n)  # the warm-up, and a clear n/a when the command fails on these logs
+    except RuntimeError as exc:
+        return missing("report", title, "-", budget, str(exc))
+    samples = bench_stats.interleave(plan["report_rounds"], folders, report, warmup=0)
+    results = {n: bench_stats.summary(samples[n]) for n in folders}
+    growth = results[large]["median"] / results[small]["median"]
+    linear = growth <= (float(large) / small) * 1.2
+    return row("report", title, "-", budget,
+               "%.2f s for %d logs, %.2f s for %d: x%.2f for x%g logs" % (
+                   results[large]["median"], large, results[small]["median"], small, growth, float(large) / small),
+               "ok" if linear and results[large]["median"] < 10 else "OVER",
+               "%.2f / %.2f s" % (results[large]["median"], results[small]["median"]),
+               {"sizes": {str(n): results[n] for n in results}, "growth": growth})
+
+
+# ---- the run
+
+def machine():
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
+    except OSError:
+        pass
+    torch_version = None
+    if importlib.util.find_spec("torch") is not None:
+        from importlib import metadata
+        torch_version = metadata.version("torch")
+    return {"nproc": os.cpu_count(), "cpu": model, "python": sys.version.split()[0],
+            "kernel": platform.release(), "torch": torch_version, "loadavg_start": os.getloadavg()}
+
+
+def guarded(rid, build, *args):
+    """One row or a list of them; a failure becomes an `error` row, so the other rows still run."""
+    began = time.monotonic()
+    try:
+        built = build(*args)
+        built = built if isinstance(built, list) else [built]
+    except Exception as exc:
+        built = [row(rid, rid, "-", "-", "error: %s" % (exc,), "error")]
+    for r in built:
+        r["group_seconds"] = round(time.monotonic() - began, 1)
+    return built
+
+
+def table(rows):
+    lines = ["| row | baseline | result: median (p25..p75) | measured / baseline | budget | verdict |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append("| %s | %s | %s | %s | %s | %s |" % (
+            r["row"], r["baseline"], r["result"], r["sides"] or "-", r["budget"], r["verdict"]))
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="a fast run that shows every row works (CI)")
+    parser.add_argument("--json", default="bench-results.json", help="where to write the results")
+    parser.add_argument("--cache", default=bench_venvs.default_cache(), help="the bench venvs' folder")
+    args = parser.parse_args(argv)
+    plan = PLANS["smoke" if args.smoke else "full"]
+    began = time.monotonic()
+    info = machine()
+    venvs = bench_venvs.Venvs(args.cache)
+    with tempfile.TemporaryDirectory(prefix="earlylog-bench-") as work:
+        sleepers = Sleepers(venvs, plan, work)
+        rows = guarded("idle", sleepers.start)
+        rows += guarded("startup", startup_rows, venvs, plan, work)
+        rows += guarded("torch", torch_rows, plan, work)
+        rows += guarded("log-line", logline_row, venvs, plan, work)
+        rows += guarded("print-live", print_row, venvs, plan, work)
+        rows += guarded("idle", sleepers.rows)
+        rows += guarded("report", report_row, venvs, plan, work)
+    info["loadavg_end"] = os.getloadavg()
+    info["seconds"] = round(time.monotonic() - began, 1)
+    print("earlylog bench%s: %d CPUs (%s), Python %s, torch %s; load average %.2f at start, %.2f at end; %.0f s"
+          % (" --smoke" if args.smoke else "", info["nproc"], info["cpu"], info["python"], info["torch"],
+             info["loadavg_start"][0], info["loadavg_end"][0], info["seconds"]))
+    print(table(rows))
+    with open(args.json, "w") as f:
+        json.dump({"smoke": args.smoke, "machine": info, "plan": plan, "rows": rows}, f, indent=1)
+    print("results: %s" % os.path.abspath(args.json))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

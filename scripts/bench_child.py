@@ -1,0 +1,102 @@
+"""The workloads the benchmark runs inside its child processes: `bench_child.py SCENARIO RESULT ...`.
+Each scenario times itself and writes one Python literal to RESULT; it never reads earlylog's logs."""
+import os
+import sys
+import time
+
+
+def _result(path, value):
+    with open(path, "w") as f:
+        f.write(repr(value))
+
+
+def _rss_kib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def torch_loop(result, steps):
+    """`import torch`, then a small CPU training loop: DataLoader workers, a print per step."""
+    began, cpu = time.perf_counter(), time.process_time()
+    import torch
+    imported, cpu = time.perf_counter(), time.process_time() - cpu
+    from torch.utils.data import DataLoader, TensorDataset
+    torch.manual_seed(0)
+    torch.set_num_threads(1)  # the bench shares 2 cores with other work; one thread is steadier
+    steps = int(steps)
+    data = TensorDataset(torch.randn(steps * 64, 256), torch.randint(0, 10, (steps * 64,)))
+    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def train_step(x, y):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    # The first optimizer step imports torch._dynamo and sympy (~2 s): the import rows' business.
+    train_step(*data[:64])
+    looping = time.perf_counter()
+    for step, (x, y) in enumerate(DataLoader(data, batch_size=64, shuffle=True, num_workers=2)):
+        print("step %d loss %.4f" % (step, train_step(x, y)))
+    _result(result, {"import": imported - began, "import_cpu": cpu, "loop": time.perf_counter() - looping})
+
+
+def log_line(result, calls, blocks):
+    """earlylog.log() against the same bytes written by two raw os.write calls, block by block."""
+    import earlylog
+    from earlylog import boot, records
+    logger = boot.logger
+    if logger is None:
+        raise SystemExit("earlylog did not start in this process")
+    message = "epoch 3 step 1200: checkpoint saved to /data/run-7/ckpt-1200.pt"
+    raw = records.format_lines(logger.config.format, time.time(), logger.ident.pid, logger.ident.tag,
+                               logger.ident.host, "mark", message).encode()
+    raw_file = os.open(logger.path + ".raw", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    null = os.open(os.devnull, os.O_WRONLY)
+    calls, timed = int(calls), {"earlylog": [], "raw": []}
+    for _ in range(int(blocks)):
+        began = time.perf_counter()
+        for _ in range(calls):
+            earlylog.log(message)
+        middle = time.perf_counter()
+        for _ in range(calls):
+            os.write(raw_file, raw)
+            os.write(null, raw)
+        timed["earlylog"].append((middle - began) / calls)
+        timed["raw"].append((time.perf_counter() - middle) / calls)
+    _result(result, timed)
+
+
+def prints(result, count, flush):
+    """A user's per-step print(); flush=1 is the baseline's print(..., flush=True)."""
+    count, flush = int(count), flush == "1"
+    began = time.perf_counter()
+    for step in range(count):
+        print("step %d loss %.4f" % (step, 1.0 / (step + 1)), flush=flush)
+    _result(result, (time.perf_counter() - began) / count)
+
+
+def idle(result, seconds):
+    """A process that sleeps: its own CPU time over the window, and its resident memory."""
+    rss_start, cpu = _rss_kib(), time.process_time()
+    time.sleep(float(seconds))
+    _result(result, {"cpu": time.process_time() - cpu, "seconds": float(seconds),
+                     "rss_start_kib": rss_start, "rss_end_kib": _rss_kib()})
+
+
+def stall(result, seconds):
+    """Says it is starting, then goes silent: the time it fell silent goes to RESULT first."""
+    print("starting job...", flush=True)
+    _result(result, time.time())
+    time.sleep(float(seconds))
+
+
+if __name__ == "__main__":
+    scenario = {"torch": torch_loop, "logline": log_line, "print": prints, "idle": idle,
+                "stall": stall}[sys.argv[1]]
+    scenario(*sys.argv[2:])

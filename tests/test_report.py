@@ -1,0 +1,276 @@
+"""Issue 6, `earlylog report`: real runs (a clean pool, a stuck child, a SIGKILL, a segfault, a
+torchrun rendezvous hang) are read back and the verdict lines, the JSON and the HTML page checked."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+
+import pytest
+
+from earlylog import records
+from support import PYTHON, TIMEOUT, clean_env, log_files, read, run_python, script, wait_for, wait_log
+
+STALL = {"EARLYLOG_STALL": "1", "EARLYLOG_CONSOLE": "off"}
+
+
+def earlylog(*args, env=None):
+    """The `earlylog` command, run with EARLYLOG=1 on: it must still never log into the folder."""
+    full = clean_env(EARLYLOG=1, **(env or {}))
+    return subprocess.run([PYTHON, "-m", "earlylog"] + [str(a) for a in args], env=full,
+                          capture_output=True, text=True, timeout=TIMEOUT)
+
+
+def report_json(folder):
+    res = earlylog("report", "--json", folder, env={"EARLYLOG_DIR": folder})
+    assert res.stderr == "", res.stderr
+    return json.loads(res.stdout)
+
+
+def by_tag(rep, tag):
+    return [p for p in rep["processes"] if p["tag"] == tag]
+
+
+def start(args, logdir, **env):
+    """A real process in its own session, so the whole tree can be killed at the end."""
+    full = clean_env(EARLYLOG=1, EARLYLOG_DIR=logdir, **STALL)
+    full.update({k: str(v) for k, v in env.items()})
+    return subprocess.Popen([PYTHON] + args, env=full, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+def kill_tree(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=TIMEOUT)
+
+
+def kill_pid(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def test_clean_multiprocessing_run_is_all_well_and_the_report_writes_nothing(tmp_path, logdir):
+    res = run_python([script(tmp_path, """
+        import multiprocessing as mp
+        def square(x):
+            return x * x
+        if __name__ == "__main__":
+            with mp.get_context("spawn").Pool(2) as pool:
+                print(pool.map(square, [1, 2, 3]))
+        """, "pool.py")], logdir=logdir)
+    assert res.returncode == 0 and "[1, 4, 9]" in res.out
+    files_before = sorted(os.listdir(logdir))
+    rep = report_json(logdir)
+    assert sorted(os.listdir(logdir)) == files_before  # the command itself never logged here
+    # a worker the pool stops while it starts may not have opened its log yet: 3 at least
+    assert rep["schema"] == 1 and rep["counts"]["processes"] == len(files_before) >= 3
+    main = by_tag(rep, "pool")[0]
+    assert main["state"] == "exited" and main["status"] == 0
+    assert {p["state"] for p in rep["processes"]} <= {"exited", "terminated"}  # Pool.__exit__ SIGTERMs workers
+    assert sorted(main["children"]) == sorted(p["pid"] for p in rep["processes"] if p is not main)
+    text = earlylog("report", logdir)
+    assert text.returncode == 0 and text.stderr == ""
+    lines = text.stdout.splitlines()
+    assert lines[0].startswith("%d processes, none in trouble: " % rep["counts"]["processes"])
+    assert max(len(line) for line in lines if str(logdir) not in line) <= 80
+    assert "\033[" not in text.stdout  # colour only on a tty
+
+
+def test_parent_waiting_on_a_stalled_child_is_explained(tmp_path, logdir):
+    path = script(tmp_path, """
+        import subprocess, sys, threading
+        def fetch_config():
+            threading.Event().wait()
+        if sys.argv[1:] == ["child"]:
+            fetch_config()
+        else:
+            subprocess.run([sys.executable, __file__, "child"])
+        """, "prep.py")
+    proc = start([path], logdir)
+    try:
+        wait_for(lambda: sum("dump: stall" in read(f) for f in log_files(logdir)) == 2)
+        rep = report_json(logdir)
+        res = earlylog("report", logdir)
+    finally:
+        kill_tree(proc)
+    parent, child = sorted(by_tag(rep, "prep"), key=lambda p: p["start"])
+    assert parent["state"] == child["state"] == "stalled"
+    assert child["where"]["function"] == "fetch_config" and child["ppid"] == parent["pid"]
+    assert "waiting on a lock" in child["stall"]["main"]["state"]
+    assert rep["verdict"][0] == "2 of 2 processes in trouble: 2 stuck"
+    assert ("pid %d (prep) waits in subprocess.run for child %d (prep), which is stalled in fetch_config at prep.py:4"
+            % (parent["pid"], child["pid"])) in rep["verdict"]
+    assert res.returncode == 1 and "waits in subprocess.run for child" in res.stdout
+
+
+def test_sigkilled_process_vanished_and_the_report_says_how_to_confirm(tmp_path, logdir):
+    proc = start([script(tmp_path, """
+        import earlylog, time
+        earlylog.log("loading shards")
+        time.sleep(60)
+        """, "load.py")], logdir)
+    try:
+        wait_log(logdir, "loading shards")
+    finally:
+        kill_tree(proc)
+    rep = report_json(logdir)
+    (p,) = rep["processes"]
+    assert p["state"] == "vanished" and p["end"] is not None and p["status"] is None
+    assert "vanished: no exit record and no longer running" in rep["verdict"][1]
+    assert "killed by SIGKILL" in rep["verdict"][2] and "dmesg" in rep["verdict"][2]
+    # The OOM killer cannot be called up safely here: its trace is the watchdog's last `mem:`
+    # breadcrumb, so the same log gets the line a process in a full cgroup writes before it dies.
+    oom = tmp_path / "oom"
+    oom.mkdir()
+    (path,) = log_files(logdir)
+    shutil.copy(path, oom)
+    with open(oom / os.path.basename(path), "a") as f:
+        f.write(records.format_lines("text", p["last_seen"] + 1, p["pid"], p["tag"], "vm", "mem",
+                                     "rss 1900 MiB; cgroup 1990 MiB of 2048 MiB (97%); oom_kill 1 (up from 0: the "
+                                     "kernel's OOM killer killed a process in this cgroup)"))
+    rep = report_json(oom)
+    assert rep["processes"][0]["memory"]["oom_kill_rose"] is True
+    assert "likely cause for pid %d (load): the kernel's OOM killer" % p["pid"] in rep["verdict"][2]
+
+
+@pytest.mark.slow
+def test_segfault_names_the_crashing_function_and_the_page_renders(tmp_path, logdir):
+    res = run_python([script(tmp_path, """
+        import faulthandler, subprocess, sys
+        def crash_here():
+            faulthandler._sigsegv()
+        if sys.argv[1:] == ["child"]:
+            crash_here()
+        sys.exit(subprocess.run([sys.executable, __file__, "child"]).returncode and 3)
+        """, "crash.py")], logdir=logdir)
+    assert res.returncode == 3
+    rep = report_json(logdir)
+    parent, child = sorted(rep["processes"], key=lambda p: p["start"])
+    assert child["state"] == "crashed" and child["crash"]["signal"] == "SIGSEGV"
+    assert child["where"]["function"] == "crash_here" and child["where"]["line"] == 4
+    assert parent["state"] == "failed" and parent["status"] == 3
+    assert "crashed: Segmentation fault (SIGSEGV) in crash_here at crash.py:4" in " ".join(rep["verdict"])
+    text = earlylog("report", "--stacks", logdir).stdout
+    assert "crash.py:4 in crash_here" in text
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium is not installed (.ci/run installs Debian's chromium package)")
+    page = tmp_path / "report.html"
+    out = earlylog("report", "--html", page, logdir)
+    assert out.returncode == 1 and "wrote %s" % page in out.stdout
+    assert "http://" not in page.read_text() and "https://" not in page.read_text()  # no network
+    with tempfile.TemporaryDirectory() as profile:
+        dom = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                              "--disable-component-update", "--disable-sync", "--no-first-run",
+                              "--user-data-dir=" + profile, "--dump-dom", page.as_uri()],
+                             capture_output=True, text=True, timeout=TIMEOUT).stdout
+    # The lanes exist only if the page's own script ran over its embedded data.
+    assert dom.count('class="lane ') == 2
+    assert 'data-pid="%d" data-state="crashed"' % child["pid"] in dom
+    assert ">%d crash crashed<" % child["pid"] in dom and 'class="mark crashed"' in dom
+    assert 'data-state="failed"' in dom and "in trouble" in dom
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_torchrun_rendezvous_hang_names_the_straggler_rank(tmp_path, logdir):
+    pytest.importorskip("torch")
+    job = script(tmp_path, """
+        import os, threading
+        import torch.distributed as dist
+        def read_index():
+            threading.Event().wait()
+        dist.init_process_group("gloo")
+        if dist.get_rank() == 1:
+            read_index()
+        dist.barrier()
+        """, "job.py")
+    proc = start(["-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+                  "--master-port", str(_free_port()), job], logdir, EARLYLOG_STALL=2, OMP_NUM_THREADS=1)
+    try:
+        def both_dumped():
+            text = {f[-9:-4]: read(f) for f in log_files(logdir) if "-rank" in f}
+            return "in read_index" in text.get("rank1", "") and \
+                "dump: stall" in text.get("rank0", "").partition("phase: begin barrier")[2]
+        wait_for(both_dumped, timeout=TIMEOUT * 2)
+        rep = report_json(logdir)
+    finally:
+        for f in log_files(logdir):  # torchrun starts each rank in a session of its own
+            if "-rank" in f:
+                kill_pid(records.parse(read(f).partition("\n")[0])["pid"])
+        kill_tree(proc)
+    (rank0,), (rank1,) = by_tag(rep, "rank0"), by_tag(rep, "rank1")
+    assert rank0["state"] == rank1["state"] == "stalled" and rank0["rank"] == 0
+    assert rank1["where"]["function"] == "read_index"
+    assert rank0["stall"]["main"]["call"] == "barrier"
+    assert "rank 1 is in read_index at job.py:5; rank 0 waits in barrier" in rep["verdict"]
+    # After the kill, the story stays readable: the ranks vanished while stuck where they were.
+    wait_for(lambda: all(p["state"] == "vanished" for p in report_json(logdir)["processes"]))
+    after = report_json(logdir)
+    assert any("it had stalled" in line and "read_index" in line for line in after["verdict"])
+
+
+def test_bad_input_gives_clear_lines_and_partial_results(tmp_path, logdir):
+    res = run_python("import earlylog; earlylog.log('hello')", logdir=logdir)
+    (real,), pid = res.files(), res.records()[0]["pid"]
+    json_run = tmp_path / "json"
+    run_python("import earlylog; earlylog.log('json hello')", logdir=json_run, env={"EARLYLOG_FORMAT": "json"})
+    (json_log,) = log_files(json_run)
+    with open(json_log) as src, open(logdir / "20990101-000000-gpu7-4242-cmd.log", "w") as dest:
+        for line in src:  # the same run's JSON lines, as another host would have written them
+            dest.write(json.dumps(dict(json.loads(line), host="gpu7")) + "\n")
+    host = os.path.basename(real).split("-")[2]
+    newer = logdir / os.path.basename(real).replace("-%s-" % host, "-node9-")
+    with open(real) as src, open(newer, "w") as dest:
+        dest.write(src.read().replace("earlylog 0.1.0,", "earlylog 9.0.0,"))
+        dest.write("[earlylog] 2099-01-01 00:00:00.000 %d cmd teleport: a kind from the future\n" % pid)
+    with open(real, "rb") as src, open(logdir / os.path.basename(real).replace("-%s-" % host, "-half-"), "wb") as dest:
+        dest.write(src.read()[:-10])  # killed in the middle of its last write
+    (logdir / "notes.txt").write_text("not ours\n" * 30)
+    (logdir / "core").write_bytes(os.urandom(200000))
+    res = earlylog("report", logdir)
+    assert res.returncode in (0, 1) and "Traceback" not in res.stderr + res.stdout
+    assert "2 files are not earlylog logs, skipped: core, notes.txt" in res.stdout
+    assert "half-written line" in res.stdout and "earlylog 9.0.0, newer than this" in res.stdout
+    rep = report_json(logdir)
+    assert rep["counts"]["processes"] == 4  # the same pid on four hosts: four processes
+    assert {"gpu7", "node9", "half", host} == set(rep["hosts"])
+    assert [p["state"] for p in rep["processes"] if p["host"] == "node9"] == ["exited"]
+    assert [p["state"] for p in rep["processes"] if p["host"] == "gpu7"] == ["exited"]
+
+    # EARLYLOG_FILE: parent and child interleave their lines in one file; each is its own process
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    run_python("import subprocess, sys; subprocess.run([sys.executable, '-c', 'import sys; sys.exit(4)'])",
+               env={"EARLYLOG_FILE": shared / "all.log"})
+    rep = report_json(shared)
+    assert sorted((p["state"], p["status"]) for p in rep["processes"]) == [("exited", 0), ("failed", 4)]
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    res = earlylog("report", empty)
+    assert res.returncode == 0 and "no earlylog process logs here" in res.stdout
+    res = earlylog("report", tmp_path / "missing")
+    assert res.returncode == 2 and res.stderr.strip() == "earlylog: %s does not exist" % (tmp_path / "missing")
+    # no folder given: the newest run folder under $TMPDIR/earlylog-<uid>/, else one clear line
+    res = earlylog("report", env={"TMPDIR": str(tmp_path / "nothing")})
+    assert res.returncode == 2 and "no run folder under" in res.stderr and "Traceback" not in res.stderr
+    run_python("import earlylog; earlylog.log('default folder')", env={"TMPDIR": str(tmp_path)})
+    res = earlylog("report", env={"TMPDIR": str(tmp_path)})
+    assert res.returncode == 0 and "earlylog-%d" % os.getuid() in res.stdout
+    res = earlylog("report", tmp_path / ("earlylog-%d" % os.getuid()))  # the base, not a run folder
+    assert "note: this folder holds run folders; the newest is" in res.stdout

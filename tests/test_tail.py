@@ -1,0 +1,53 @@
+"""Issue 6, `earlylog tail`: the lines of every process of a run, merged in time order with a process
+tag, from text and JSON logs alike; -f follows new lines and processes that start later."""
+import os
+import signal
+import subprocess
+
+from support import PYTHON, TIMEOUT, clean_env, read, run_python, wait_for, wait_log
+
+
+def start(code, logdir, **env):
+    full = clean_env(EARLYLOG=1, EARLYLOG_DIR=logdir, EARLYLOG_CONSOLE="off", **env)
+    return subprocess.Popen([PYTHON, "-c", code], env=full, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def test_lines_of_all_processes_merge_in_time_order(tmp_path, logdir):
+    go = tmp_path / "go"
+    first = start("import earlylog, os, time\nearlylog.log('a1 first')\n"
+                  "while not os.path.exists(%r): time.sleep(0.05)\nearlylog.log('a3 last')" % str(go), logdir)
+    wait_log(logdir, "a1 first")
+    second = run_python("import earlylog; earlylog.log('b2 between')", logdir=logdir, env={"EARLYLOG_FORMAT": "json"})
+    go.write_text("")
+    assert first.wait(timeout=TIMEOUT) == 0 and second.returncode == 0
+    res = subprocess.run([PYTHON, "-m", "earlylog", "tail", "-n", "0", str(logdir)], env=clean_env(EARLYLOG=1),
+                         capture_output=True, text=True, timeout=TIMEOUT)
+    assert res.returncode == 0 and res.stderr == ""
+    marks = [line for line in res.stdout.splitlines() if " mark: " in line]
+    assert [m.split(" mark: ")[1] for m in marks] == ["a1 first", "b2 between", "a3 last"]
+    assert marks[0].split()[1:3] == [str(first.pid), "cmd"]  # `HH:MM:SS.mmm pid tag mark: ...`
+    assert marks[1].split()[1] != str(first.pid) and marks[1].split()[2] == "cmd"  # from the JSON log
+    assert not any(line.startswith(("[earlylog]", "{")) for line in res.stdout.splitlines())
+    assert sorted(res.stdout.splitlines(), key=lambda line: line[:12]) == res.stdout.splitlines()
+
+
+def test_follow_shows_processes_that_start_later(tmp_path, logdir):
+    run_python("import earlylog; earlylog.log('before tail')", logdir=logdir)
+    out = tmp_path / "tail.out"
+    with open(out, "w") as sink:
+        tail = subprocess.Popen([PYTHON, "-m", "earlylog", "tail", "-f", "-n", "1", str(logdir)],
+                                env=clean_env(), stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: read(out).count("\n") >= 1)
+        late = run_python("import earlylog, os; earlylog.log('late arrival %d' % os.getpid())", logdir=logdir)
+        pid = int(late.text().split("mark: late arrival ")[1].split()[0])
+        wait_for(lambda: "exit: status 0" in read(out).partition("mark: late arrival")[2])
+    finally:
+        tail.send_signal(signal.SIGINT)
+        status = tail.wait(timeout=TIMEOUT)
+    text = read(out)
+    assert status == 0 and "Traceback" not in text
+    assert " exit: status 0 " in text.splitlines()[0]  # -n 1: the old process's last line first
+    assert "before tail" not in text  # -n 1 started at the old process's last line (its exit)
+    assert "%d cmd start: pid %d" % (pid, pid) in text and "%d cmd mark: late arrival %d" % (pid, pid) in text
+    assert os.listdir(logdir) and all(n.endswith(".log") for n in os.listdir(logdir))
