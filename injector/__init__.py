@@ -2,6 +2,7 @@
 This module is the public face (`log`, `__version__`, the PEP 829 `site_hook`); PEP 829 start
 files import it in every process, so it must stay cheap to import and import nothing heavy."""
 import os
+import sys
 
 __version__ = "0.1.0"
 __all__ = ["log", "enabled", "__version__"]
@@ -16,8 +17,11 @@ def enabled(environ=os.environ):
 
 def log(message):
     """Write one mark to this process's earlylog log; does nothing when earlylog is off."""
-    from earlylog import boot
-    boot.user_mark(message)
+    # No import when off: threads racing to import boot held its import lock across a fork,
+    # and the fork child hung forever in log() (issue 7, test_fork_storm_with_threads_alive).
+    boot = sys.modules.get(__name__ + ".boot")
+    if boot is not None:
+        boot.user_mark(message)
 
 
 def site_hook():

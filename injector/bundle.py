@@ -69,7 +69,25 @@ def pythonpath_folder():
                 os.rename(tmp, folder)
             except OSError:  # another process made it first
                 shutil.rmtree(tmp, ignore_errors=True)
+            _prune(root, name)
             return folder
         except OSError as exc:
             last_error = exc
     raise OSError("cannot write a runtime folder under %s (%s)" % (" or ".join(candidates), last_error))
+
+
+STALE_AFTER = 86400.0
+
+
+def _prune(root, keep):
+    """Remove runtime folders of other versions that are over a day old: a launcher started
+    earlier may still hand a fresh one's path to new children, so never a recent one."""
+    import time
+    for name in os.listdir(root):
+        path = os.path.join(root, name)
+        if name.startswith("runtime-") and name != keep:
+            try:
+                if time.time() - os.lstat(path).st_mtime > STALE_AFTER:
+                    shutil.rmtree(path, ignore_errors=True)
+            except OSError:
+                pass

@@ -48,7 +48,8 @@ def console_encoding(facts):
         return None
     try:
         for text in texts:
-            text.encode(encoding)
+            # surrogateescape: undecodable bytes in argv/paths are not a console-encoding problem.
+            text.encode(encoding, "surrogateescape")
         return None
     except UnicodeEncodeError:
         pass

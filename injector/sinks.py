@@ -110,23 +110,26 @@ def open_log(config, ident, started, explicit=None):
 
 
 def _reason(exc):
+    if getattr(exc, "errno", None) == errno.ELOOP:  # O_NOFOLLOW's "Too many levels of symbolic links"
+        return "it is a symlink, and earlylog never follows one"
     return exc.strerror or str(exc) if isinstance(exc, OSError) and exc.strerror else str(exc)
 
 
 def _write_without_sigpipe(fd, data):
     """os.write to a pipe with SIGPIPE held back: a program that set SIGPIPE to SIG_DFL may die of
     its own writes to a gone reader, never of ours (issue 7: it ended 141 where it ended 0)."""
-    import signal
-    if not hasattr(signal, "pthread_sigmask"):
+    import _signal  # not signal: signal.py builds its enums on import, 1.5 ms of start-up
+    if not hasattr(_signal, "pthread_sigmask"):
         return os.write(fd, data)
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGPIPE,))
+    pipe = _signal.SIGPIPE
+    held = _signal.pthread_sigmask(_signal.SIG_BLOCK, (pipe,))
     try:
         return os.write(fd, data)
     finally:
-        if signal.SIGPIPE not in held:
-            if signal.SIGPIPE in signal.sigpending():
-                signal.sigwait((signal.SIGPIPE,))  # ours, pending: take it back before unblocking
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGPIPE,))
+        if pipe not in held:
+            if pipe in _signal.sigpending():
+                _signal.sigwait((pipe,))  # ours, pending: take it back before unblocking
+            _signal.pthread_sigmask(_signal.SIG_UNBLOCK, (pipe,))
 
 
 class Console:
@@ -171,6 +174,7 @@ class Console:
         try:
             if self.sock is not None:
                 import socket
+                # MSG_NOSIGNAL: a GUI that closed its end must not SIGPIPE the program (issue 7).
                 sent = self.sock.send(data, socket.MSG_DONTWAIT | getattr(socket, "MSG_NOSIGNAL", 0))
             elif self.kind == "pipe":
                 sent = _write_without_sigpipe(self.fd, data)

@@ -18,26 +18,25 @@ def main():
     deadline = time.monotonic() + 30
     text = ""
     try:
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and "dump:" not in text:
             time.sleep(0.5)
             text = "".join(open(os.path.join(logdir, n), encoding="utf-8").read()
                            for n in sorted(os.listdir(logdir)) if n.endswith(".log"))
-            if "dump:" in text:
-                break
-        child.send_signal(signal.SIGTERM)
-        child.wait(timeout=10)
+        print("\nThe script printed 'starting job...' and went silent. Its earlylog log says:\n")
+        sys.stdout.write(text or "(no log was written: is earlylog installed in %s?)\n" % sys.executable)
+        if "dump:" not in text:
+            print("\n(no stack dump within 30 s)")
+            return 1
+        print("\n$ earlylog report %s   (while it is still stuck)\n" % logdir)
+        sys.stdout.flush()
+        report = subprocess.run([sys.executable, "-m", "earlylog", "report", logdir])
+        return 0 if report.returncode in (0, 1) else report.returncode
     finally:
-        if child.poll() is None:
+        child.send_signal(signal.SIGTERM)
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
             child.kill()
-    print("\nThe script printed 'starting job...' and went silent. Its earlylog log says:\n")
-    sys.stdout.write(text or "(no log was written: is earlylog installed in %s?)\n" % sys.executable)
-    if "dump:" not in text:
-        print("\n(no stack dump within 30 s)")
-        return 1
-    print("\nThen: earlylog report %s" % logdir)
-    report = subprocess.run([sys.executable, "-m", "earlylog", "report", logdir])
-    return 0 if report.returncode in (0, 1) else report.returncode
-
 
 if __name__ == "__main__":
     sys.exit(main())

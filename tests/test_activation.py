@@ -132,7 +132,7 @@ def test_log_file_that_is_a_directory_or_symlink_is_refused(tmp_path, logdir):
     for bad in (tmp_path, link):
         result = run_python("print('ok')", logdir=logdir, env={"EARLYLOG_FILE": bad, "EARLYLOG_PROBES": "0"})
         assert result.returncode == 0 and result.out == "ok\n"
-        assert "cannot write the log file" in result.err
+        assert "cannot write EARLYLOG_FILE=" in result.err
     assert not target.exists()
     assert len(log_files(logdir)) == 2
 
@@ -256,3 +256,11 @@ def test_runtime_runs_on_other_pythons(version, tmp_path, logdir):
     assert result.returncode == 4
     assert len(starts(result)) == 2 and "Python %s" % version in starts(result)[0]["msg"]
     assert "earlylog:" not in result.err, result.err
+
+
+def test_readme_demo_shows_where_the_silent_script_hangs():
+    demo = subprocess.run([PYTHON, os.path.join(ROOT, "scripts", "demo.py")], capture_output=True, text=True,
+                          timeout=TIMEOUT, env=clean_env())
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    assert "demo_hang.py:15 in load_dataset" in demo.stdout
+    assert "stalled for" in demo.stdout and "waiting on a lock" in demo.stdout

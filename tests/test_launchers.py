@@ -70,6 +70,18 @@ def test_node_pipes_nobody_reads_never_block_the_program(tmp_path, logdir):
 
 @needs_node
 @pytest.mark.slow
+def test_node_closing_stderr_never_kills_the_program(logdir):
+    # The GUI stops listening to stderr after our start line; the program (SIGPIPE at SIG_DFL,
+    # as many tools set it) writes only stdout. Our later lines must not kill it with SIGPIPE.
+    code = ("import signal, time, earlylog\nsignal.signal(signal.SIGPIPE, signal.SIG_DFL)\n"
+            "time.sleep(0.5)\nearlylog.log('after the hangup')\nprint('finished')")
+    on = node(["spawn.js", "hangup", "inherit", "--", PYTHON, "-c", code], node_env(EARLYLOG=1, EARLYLOG_DIR=logdir))
+    assert (on["code"], on["signal"], on["stdout"]) == (0, None, "finished\n")
+    assert "after the hangup" in read(log_files(str(logdir))[0])
+
+
+@needs_node
+@pytest.mark.slow
 def test_node_recipe_env_reaches_a_python_without_earlylog(bare_venv, logdir):
     on = node(["spawn.js", "pipe", "earlylog", "--", bare_venv, "-c", PROGRAM], node_env(EARLYLOG_DIR=logdir))
     assert (on["code"], on["stdout"], user_text(on["stderr"])) == (3, "out\n", "err\n")

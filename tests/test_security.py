@@ -52,7 +52,9 @@ def test_log_file_that_is_a_planted_symlink_is_not_followed(tmp_path, logdir):
     link.symlink_to(target)
     on = run_both(HELLO, logdir, env={"EARLYLOG_FILE": link})
     assert target.read_text() == "keep me\n"
-    assert "EARLYLOG_FILE" in on.err and len(on.files()) == 1, "it logs into EARLYLOG_DIR instead"
+    said = [line for line in on.err.splitlines() if line.startswith("earlylog: ")]
+    assert len(said) == 1 and "EARLYLOG_FILE" in said[0] and "symlink" in said[0], said
+    assert len(on.files()) == 1, "it logs into EARLYLOG_DIR instead"
 
 
 @pytest.mark.parametrize("name", ["EARLYLOG", "EARLYLOG_DIR", "EARLYLOG_FORMAT", "EARLYLOG_STALL",

@@ -2,6 +2,7 @@
 torch CPU training script give the same results and output with and without EARLYLOG=1."""
 import os
 import re
+import shutil
 import subprocess
 import tarfile
 import tempfile
@@ -25,10 +26,14 @@ def unpacked_sdist(name, version):
         os.makedirs(CACHE, exist_ok=True)
         subprocess.run([PYTHON, "-m", "pip", "download", "-q", "--no-binary", ":all:", "--no-deps",
                         "-d", CACHE, "%s==%s" % (name, version)], check=True, env=clean_env(), timeout=300)
-        archive = os.path.join(CACHE, "%s-%s.tar.gz" % (name, version))
-        with tarfile.open(archive) as tar:
-            tar.extractall(CACHE + ".tmp%d" % os.getpid())
-        os.rename(os.path.join(CACHE + ".tmp%d" % os.getpid(), "%s-%s" % (name, version)), folder)
+        scratch = CACHE + ".tmp%d" % os.getpid()
+        with tarfile.open(os.path.join(CACHE, "%s-%s.tar.gz" % (name, version))) as tar:
+            tar.extractall(scratch, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+        try:
+            os.rename(os.path.join(scratch, "%s-%s" % (name, version)), folder)
+        except OSError:  # another test run unpacked it first
+            assert os.path.isdir(folder)
+        shutil.rmtree(scratch, ignore_errors=True)
     return folder
 
 
