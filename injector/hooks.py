@@ -43,9 +43,8 @@ def start(logger):
     sys.excepthook = _excepthook
     _original["unraisablehook"] = sys.unraisablehook
     sys.unraisablehook = _unraisablehook
-    import threading
-    _original["threading.excepthook"] = threading.excepthook
-    threading.excepthook = _thread_excepthook
+    from earlylog import imports
+    imports.when_imported("threading", _hook_threads)  # not now: threading costs ms of start-up
     atexit.register(_at_exit)
     _watch_main()
 
@@ -181,6 +180,12 @@ def _excepthook(exc_type, exc, tb):
     except Exception:
         pass
     return _original["excepthook"](exc_type, exc, tb)
+
+
+def _hook_threads():
+    threading = sys.modules["threading"]
+    _original["threading.excepthook"] = threading.excepthook
+    threading.excepthook = _thread_excepthook
 
 
 def _thread_excepthook(args):

@@ -2,7 +2,7 @@
 and the post-import moment at which library marks are applied. It must not change import semantics."""
 import os
 import sys
-import threading
+from _thread import get_ident
 
 from earlylog import phases
 
@@ -12,18 +12,29 @@ _threshold = 0.0
 _marks = None
 _STDLIB = os.path.dirname(os.__file__) + os.sep
 _nesting = {}  # thread ident -> the imports running on it, innermost last (tokens of _begin)
+_callbacks = {}  # module name -> functions to call once that module has been imported
+# The marks module loads with the first third-party package (every marked library is one), not
+# at start-up: a script that imports none pays nothing for the table.
+_want_marks = False
+
+
+def when_imported(name, callback):
+    """Call callback() once module `name` is imported: now if it is, else right after its import."""
+    if name in sys.modules:
+        callback()
+    else:
+        _callbacks.setdefault(name, []).append(callback)
 
 
 def start(logger):
-    """Install the hook once per interpreter (a fork child keeps it) unless both knobs are off."""
-    global _original, _logger, _threshold, _marks
+    """Install the hook once per interpreter (a fork child keeps it) unless nothing needs it."""
+    global _original, _logger, _threshold, _want_marks
     _logger = logger
     _threshold = logger.config.imports
-    if logger.config.marks:
-        from earlylog import marks
-        _marks = marks
-        marks.start(logger)
-    if _original is not None or not (_threshold or _marks):
+    _want_marks = logger.config.marks
+    if _marks is not None:  # a fork child: the parent loaded the marks; point them at our logger
+        _marks.start(logger)
+    if _original is not None or not (_threshold or _want_marks or _callbacks):
         return
     bootstrap = sys.modules["_frozen_importlib"]
     _original = bootstrap._load_unlocked
@@ -57,6 +68,13 @@ def _load_unlocked(spec):
     return module
 
 
+def _load_marks():
+    global _marks
+    from earlylog import marks
+    _marks = marks
+    marks.start(_logger)  # marks what is already imported, this package included
+
+
 def _third_party(spec):
     """A top-level package from outside the standard library: it gets begin and end lines."""
     origin = spec.origin
@@ -77,7 +95,7 @@ def _begin(spec):
             _logger.event("phase", "begin import " + name, console=False)
         # [phase entry, loud, seconds spent in the imports this one makes]
         token = [phases.begin("import " + name, quiet=True), loud, 0.0]
-        _nesting.setdefault(threading.get_ident(), []).append(token)
+        _nesting.setdefault(get_ident(), []).append(token)
         return token
     except Exception:  # nothing of ours may fail an import
         return None
@@ -88,7 +106,7 @@ def _end(token, spec, error):
         if token is not None:
             entry, loud, inner = token
             took = phases.end(entry, quiet=True)
-            tid = threading.get_ident()
+            tid = get_ident()
             stack = _nesting.get(tid, [])
             if stack and stack[-1] is token:
                 stack.pop()
@@ -106,8 +124,16 @@ def _end(token, spec, error):
                 # Its own code, not the imports it makes: a slow module is named once, not
                 # with every package above it (torch._dynamo's chain gave 13 lines).
                 _logger.event("phase", "slow %s after %.3f s" % (entry[0], took))
-        if error is None and _marks is not None and spec.name in _marks.TABLE:
+        if error is None and _marks is None and _want_marks and "." not in spec.name and _third_party(spec):
+            _load_marks()  # it marks this package too
+        elif error is None and _marks is not None and spec.name in _marks.TABLE:
             _marks.apply(spec.name)
     except Exception:
         pass
+    if error is None and spec.name in _callbacks:
+        for callback in _callbacks.pop(spec.name):
+            try:
+                callback()
+            except Exception:  # nothing of ours may fail an import
+                pass
 

@@ -2,7 +2,6 @@
 It must never import a library the program did not, nor change what a wrapped call does or returns."""
 import os
 import sys
-import threading
 
 from earlylog import phases, redact
 
@@ -192,8 +191,8 @@ def _check_master(host, port, rank):
     # Under torchrun the agent serves the store (TORCHELASTIC_USE_AGENT_STORE) and holds the port.
     if rank == "0" and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         _check_port_free(int(port))  # before torch binds it: a check after would race torch's bind
-    threading.Thread(target=_check_reachable, args=(host, int(port)), name="earlylog-master-check",
-                     daemon=True).start()
+    from earlylog import threads
+    threads.start("earlylog-master-check", _check_reachable, host, int(port))
 
 
 def _check_port_free(port):

@@ -1,7 +1,7 @@
 """Per-thread phases: what each thread is trying to do right now (nested), for logs and dumps.
 It must stay lock-free and cheap (a begin/end is a list append/pop per thread) and never raise."""
 import os
-import threading
+from _thread import get_ident
 import time
 
 # thread ident -> list of open phases, innermost last; each is
@@ -18,7 +18,7 @@ def begin(name, detail="", waiting="", quiet=False):
     """Open a phase on this thread and log `phase: begin NAME DETAIL` unless quiet; returns a token.
     `waiting` ("for peers") marks a phase that waits on others: dumps and the reminder say so."""
     entry = [name, detail, time.monotonic(), waiting, False]
-    _open.setdefault(threading.get_ident(), []).append(entry)
+    _open.setdefault(get_ident(), []).append(entry)
     if not quiet:
         _log("begin %s%s" % (name, " " + detail if detail else ""))
     if waiting and _reminder_pid != os.getpid():
@@ -28,7 +28,7 @@ def begin(name, detail="", waiting="", quiet=False):
 
 def end(token, error=None, quiet=False):
     """Close a phase: `phase: end NAME after S s`, or `phase: error NAME after S s: ...`; returns S."""
-    tid = threading.get_ident()
+    tid = get_ident()
     stack = _open.get(tid, ())
     if stack and stack[-1] is token:
         stack.pop()
@@ -84,7 +84,7 @@ def describe(tid):
 
 def reset_after_fork():
     """Only the forking thread survives a fork; keep its phases, drop the rest."""
-    me = threading.get_ident()
+    me = get_ident()
     for tid in list(_open):
         if tid != me:
             del _open[tid]
@@ -93,7 +93,8 @@ def reset_after_fork():
 def _start_reminder():
     global _reminder_pid
     _reminder_pid = os.getpid()
-    threading.Thread(target=_remind, name="earlylog-phases", daemon=True).start()
+    from earlylog import threads
+    threads.start("earlylog-phases", _remind)
 
 
 def _remind():

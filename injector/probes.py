@@ -42,8 +42,8 @@ def start(logger):
     _findings(logger, findings.SYNC, facts)
     if logger.ident.role in QUIET_ROLES or os.environ.get("LOCAL_RANK", "0") != "0":
         return
-    import threading
-    threading.Thread(target=_background, args=(logger, facts), name="earlylog-probes", daemon=True).start()
+    from earlylog import threads
+    threads.start("earlylog-probes", _background, logger, facts)
 
 
 def _run(logger, area, probe, facts):

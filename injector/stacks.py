@@ -1,8 +1,9 @@
 """The rich stack dump: every thread's name, ids, daemon flag, kernel state, phase and frames,
 plus each pending asyncio task's await chain. It only reads; it must never block or raise."""
 import sys
-import threading
 import time
+
+from earlylog import threads as our_threads
 
 MAX_FRAMES = 40
 SAMPLE = 0.2  # seconds between two CPU readings, to tell a busy thread from a blocked one
@@ -27,17 +28,21 @@ def lines(shares=None, skip_ident=None):
     """The continuation lines of a `dump:` event, one block per Python thread; (lines, count)."""
     from earlylog import kstate, phases
     frames = sys._current_frames()
-    threads = {t.ident: t for t in threading.enumerate()}
+    threads = our_threads.program_threads()
+    main = our_threads.main_ident()
+    natives = our_threads.native_ids()
     shares = shares or {}
     out = []
-    for ident, frame in sorted(frames.items(), key=lambda item: item[0] != threading.main_thread().ident):
+    for ident, frame in sorted(frames.items(), key=lambda item: item[0] != main):
         if ident == skip_ident:
             continue
         thread = threads.get(ident)
-        tid = getattr(thread, "native_id", None)
-        name = thread.name if thread is not None else "(no threading.Thread)"
-        flags = ["daemon" if thread is not None and thread.daemon else "not daemon"]
-        if thread is threading.main_thread():
+        tid = getattr(thread, "native_id", None) or natives.get(ident)
+        ours = our_threads.name_of(ident)
+        name = thread.name if thread is not None else ours or "(no threading.Thread)"
+        daemon = ours is not None or (thread is not None and thread.daemon)
+        flags = ["daemon" if daemon else "not daemon"]
+        if ident == main:
             flags.append("main")
         out.append("thread %s (tid %s, ident 0x%x, %s)" % (name, tid or "?", ident, ", ".join(flags)))
         for part in (lambda: ["  " + kstate.describe(tid, shares.get(tid))] if tid else [],

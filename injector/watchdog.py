@@ -1,10 +1,12 @@
 """The watchdog: fatal-signal and SIGTERM stacks, stall, periodic and on-demand dumps, fork care.
 It must never keep a process alive, block, steal a program's handler or timer, or change an exit status."""
+import _thread
 import faulthandler
 import os
 import sys
-import threading
 import time
+
+from earlylog import threads
 
 BEAT_MAX = 5.0      # the watchdog thread wakes at least this often (idle cost: one wake per beat)
 GROWTH_CAP = 3600.0  # stall dumps come at S, 2S, 4S ... of silence, at least once an hour after
@@ -29,7 +31,8 @@ def start(logger):
         faulthandler.dump_traceback_later = _users_timer(_arm_later)
         faulthandler.cancel_dump_traceback_later = _users_timer(_cancel_later)
         _fork_hooks = True
-    threading.Thread(target=watchdog.run, name="earlylog-watchdog", daemon=True).start()
+    threads.remember_main()
+    threads.start("earlylog-watchdog", watchdog.run)
 
 
 def _users_timer(original):
@@ -96,7 +99,7 @@ class Watchdog:
         # stall: the main thread holds the GIL in C code, so Python cannot look (issue 4).
         self.timeout = self.stall + self.beat if self.stall and not _program_timer else 0
         self.fd = self._dump_fd()
-        self.wake = threading.Event()
+        self.wake = threads.Wakeup()
         self.requests = []
         self.forking = False
         self.warned_forks = set()
@@ -155,7 +158,6 @@ class Watchdog:
         episode, next_at = None, self.stall
         while _state is self and os.getpid() == self.pid:
             self.wake.wait(max(0.05, min(self._deadlines(next_mem, next_every, next_at)) - time.monotonic()))
-            self.wake.clear()
             now = time.monotonic()
             self._check_gil(now)
             self.rearm_timer()
@@ -203,7 +205,7 @@ class Watchdog:
     def stall_dump(self, silence):
         from earlylog import phases, stacks
         shares, whole = stacks.cpu_shares()
-        phase = phases.describe(threading.main_thread().ident) or next(
+        phase = phases.describe(threads.main_ident()) or next(
             (phases.describe(tid) for tid in phases.current()), "")
         if whole >= 0.2:
             state = "busy: CPU time still rising (%d%% of a core), computing rather than hung" % round(whole * 100)
@@ -228,7 +230,7 @@ class Watchdog:
         from earlylog import stacks
         if shares is None:
             shares = stacks.cpu_shares()[0]
-        more, count = stacks.lines(shares, skip_ident=threading.get_ident())
+        more, count = stacks.lines(shares, skip_ident=_thread.get_ident())
         self._quiet("dump", "%s (%d thread%s)" % (reason, count, "" if count == 1 else "s"), more)
 
     def _quiet(self, kind, text, more=(), console=None):
@@ -243,9 +245,8 @@ class Watchdog:
 
     def warn_fork(self):
         """In the parent, before fork(): name the other threads (a lock one holds stays held)."""
-        me = threading.current_thread()
-        others = sorted(t.name for t in threading.enumerate()
-                        if t is not me and not t.name.startswith("earlylog"))
+        me = _thread.get_ident()
+        others = sorted(t.name for ident, t in threads.program_threads().items() if ident != me)
         if not others or tuple(others) in self.warned_forks:
             return
         self.warned_forks.add(tuple(others))
