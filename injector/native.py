@@ -1,7 +1,6 @@
 """Native (C) stacks of this process from py-spy or gdb, best effort, for the first stall dump.
 It must never raise, never leave the tool running past its timeout, and never run in a signal handler."""
 import os
-import shutil
 
 TIMEOUT = 30.0
 MAX_LINES = 400
@@ -9,30 +8,30 @@ MAX_LINES = 400
 
 def stacks(pid):
     """(header, lines): the tool's output, or a header saying why there is none."""
+    from earlylog import spawn
     tools = (("py-spy", ["dump", "--native", "--pid", str(pid)]),
              ("gdb", ["-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt"]))
     for name, args in tools:
-        exe = shutil.which(name)
+        exe = spawn.which(name)
         if exe:
             return _run(name, [exe] + args)
     return "no native stacks: neither py-spy nor gdb is on PATH", []
 
 
 def _run(name, argv):
-    import subprocess
+    from earlylog import spawn
     # The tool must not start earlylog (gdb embeds Python) nor inherit our log switches.
     env = {k: v for k, v in os.environ.items() if not k.startswith("EARLYLOG")}
     try:
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              env=env, timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        return "no native stacks: %s did not finish within %g s" % (name, TIMEOUT), []
+        status, out = spawn.run(argv, TIMEOUT, env=env, stderr_too=True)
     except OSError as exc:
         return "no native stacks: cannot run %s (%s)" % (name, exc.strerror or exc), []
-    lines = proc.stdout.decode("utf-8", "replace").splitlines()
+    if status == "timeout":
+        return "no native stacks: %s did not finish within %g s" % (name, TIMEOUT), []
+    lines = out.decode("utf-8", "replace").splitlines()
     keep = [line for line in lines if line.startswith(("Thread ", "#", " ", "Process "))]
-    if proc.returncode != 0 or not keep:
-        reason = (lines[-1] if lines else "exit status %d" % proc.returncode).strip()
+    if status != 0 or not keep:
+        reason = (lines[-1] if lines else "exit status %s" % status).strip()
         return "no native stacks: %s failed (%s; ptrace may be forbidden here)" % (name, reason[:300]), []
     if len(keep) > MAX_LINES:
         keep = keep[:MAX_LINES] + ["... (%d more lines cut)" % (len(keep) - MAX_LINES)]

@@ -21,9 +21,18 @@ def _patterns():
     return _PATTERNS
 
 
+_second = (None, "")  # (whole second, its local time text): one tuple, so a reader never sees half
+
+
 def clock(now):
     """Local time with milliseconds, as every text line starts."""
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + ".%03d" % (int(now * 1000) % 1000)
+    global _second
+    whole = int(now)
+    cached = _second
+    if cached[0] != whole:
+        # localtime + strftime dominate the cost of a line; they change once a second.
+        cached = _second = (whole, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(whole)))
+    return cached[1] + ".%03d" % (int(now * 1000) % 1000)
 
 
 def cut(text, limit=MAX_LINE):

@@ -39,7 +39,8 @@ def lines(shares=None, skip_ident=None):
         thread = threads.get(ident)
         tid = getattr(thread, "native_id", None) or natives.get(ident)
         ours = our_threads.name_of(ident)
-        name = thread.name if thread is not None else ours or "(no threading.Thread)"
+        name = thread.name if thread is not None else ours or (
+            "MainThread" if ident == main else "(no threading.Thread)")
         daemon = ours is not None or (thread is not None and thread.daemon)
         flags = ["daemon" if daemon else "not daemon"]
         if ident == main:

@@ -193,6 +193,8 @@ class Sleepers:
 
     def start(self):
         plan, work, python = self.plan, self.work, self.venvs.earlylog()
+        # Each child sleeps its window and exits; one still there well after that is a hang.
+        self.deadline = time.monotonic() + max(plan["idle_seconds"], plan["stall_after"] + 4) + 15
         for i in range(plan["idle_pairs"]):
             for side, extra in (("on", {"EARLYLOG": 1, "EARLYLOG_DIR": os.path.join(work, "idle-logs")}),
                                 ("off", {})):
@@ -212,18 +214,31 @@ class Sleepers:
     def rows(self):
         if not self.procs:
             return []  # start() failed, and its error row says why
-        deadline = time.monotonic() + self.plan["idle_seconds"] + 60
-        for _scenario, _name, _result, proc in self.procs:
+        hung = []
+        for scenario, name, _result, proc in self.procs:
             try:
-                proc.wait(timeout=max(1, deadline - time.monotonic()))
+                proc.wait(timeout=max(0.1, self.deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        return self._idle_rows() + [self._stall_row()]
+                hung.append("%s-%s" % (scenario, name))
+        return self._idle_rows() + [self._stall_row(), self._exit_row(hung)]
+
+    def _exit_row(self, hung):
+        """The sleepers' work is done well before the deadline; a child still alive then hangs at exit."""
+        title = "processes exit when their work is done (idle and stall children)"
+        if not hung:
+            return row("exit", title, "-", "always", "all %d exited" % len(self.procs), "ok")
+        return row("exit", title, "-", "always", "%d of %d hung after their work and were killed: %s"
+                   % (len(hung), len(self.procs), " ".join(hung)), "OVER")
 
     def _results(self, scenario, prefix=""):
-        return [read_result(result) for s, name, result, proc in self.procs
-                if s == scenario and name.startswith(prefix) and proc.returncode == 0]
+        """The children's own measurements: written before they exit, so a hang at exit keeps them."""
+        found = []
+        for s, name, result, _proc in self.procs:
+            if s == scenario and name.startswith(prefix) and os.path.exists(result):
+                found.append(read_result(result))
+        return found
 
     def _idle_rows(self):
         on, off = self._results("idle", "on-"), self._results("idle", "off-")

@@ -270,3 +270,16 @@ def test_first_stall_dump_adds_native_stacks_once(tmp_path, logdir):
     assert res.returncode == 0 and len(native) == 1
     msg = native[0]["msg"]
     assert msg.startswith("native stacks from") or "ptrace may be forbidden" in msg
+
+
+def test_a_program_that_never_imports_threading_still_exits(tmp_path, logdir):
+    # Our threads start without threading; if one of them imported it (subprocess does), that
+    # thread would become threading's main thread and the real one would wait for it at exit.
+    res = run_python([script(tmp_path, """
+        import sys, time
+        time.sleep(3)
+        print("threading" in sys.modules, "subprocess" in sys.modules)
+        """)], logdir=logdir, env={**STALL, "EARLYLOG_NATIVE": "1"}, timeout=30)
+    assert res.returncode == 0 and res.out == "False False\n", res.err
+    text = res.text()
+    assert "thread MainThread (tid" in text and "sleep(3)" in text and "exit: status 0" in text
