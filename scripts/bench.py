@@ -28,7 +28,7 @@ CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_child.py
 PLANS = {
     "full": dict(startup_rounds=60, torch_rounds=5, torch_steps=200, log_calls=2000, log_blocks=20,
                  print_rounds=8, print_count=20000, idle_seconds=60, idle_pairs=3, stall_after=2,
-                 stall_runs=3, report_sizes=(500, 1000), report_rounds=2, warmup=1),
+                 stall_runs=3, report_sizes=(1000, 2000), report_rounds=2, warmup=1),
     "smoke": dict(startup_rounds=3, torch_rounds=1, torch_steps=10, log_calls=200, log_blocks=3,
                   print_rounds=2, print_count=500, idle_seconds=2, idle_pairs=1, stall_after=1,
                   stall_runs=1, report_sizes=(10, 20), report_rounds=1, warmup=0),
