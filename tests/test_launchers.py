@@ -184,9 +184,12 @@ def test_multiprocessing_every_start_method(tmp_path, logdir):
     run_both([script(tmp_path, MULTIPROCESSING, name="mp_main.py")], logdir)
     tags = [r["tag"] for r in starts(logdir).values()]
     assert tags.count("mp_main") == 1
-    assert tags.count("fork<mp_main") >= 5, "fork: Pool(2), Process, executor"
-    assert tags.count("mp-child") >= 5, "spawn: Pool(2), Process, executor"
-    assert "forkserver" in tags and tags.count("fork<forkserver") >= 5
+    # At least one child per construct (Pool, Process, executor): Pool.__exit__ terminates a
+    # worker that had no task before it finished starting, and the executor starts workers on
+    # demand, so the exact count varies from run to run.
+    assert tags.count("fork<mp_main") >= 3, "fork: Pool(2), Process, executor"
+    assert tags.count("mp-child") >= 3, "spawn: Pool(2), Process, executor"
+    assert "forkserver" in tags and tags.count("fork<forkserver") >= 3
     assert "resource-tracker" in tags
 
 
