@@ -44,7 +44,9 @@ def _fingerprint():
 
 
 def cache_root():
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):  # the XDG spec: a relative value is invalid (and breaks after a cd)
+        base = os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "earlylog")
 
 

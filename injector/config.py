@@ -3,6 +3,7 @@ Bad values never raise: each becomes a plain sentence in `Config.problems` and t
 import os
 
 DEFAULT_STALL = 30.0
+MAX_SECONDS = 1e6  # about 11 days; more overflows the watchdog's timers
 TRUE_WORDS = ("1", "true", "on", "yes")
 FALSE_WORDS = ("", "0", "false", "off", "no")
 
@@ -54,9 +55,9 @@ class Config:
                 number = float(value)
             except ValueError:
                 number = -1.0
-            if number >= 0 and number == number and number != float("inf"):
+            if 0 <= number <= MAX_SECONDS:  # also refuses nan and inf
                 return number
-            self.problems.append("%s=%r is not a number of seconds (0 or more); using %g"
+            self.problems.append("%s=%r is not a number of seconds (0 to 1e6); using %g"
                                  % (name, raw, default))
             return default
         if isinstance(kind, tuple):

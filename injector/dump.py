@@ -48,7 +48,8 @@ def main(args):
 
 
 def _log_files(folder):
-    return sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".log"))
+    return sorted(p for p in (os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".log"))
+                  if os.path.isfile(p))  # a folder or FIFO named x.log is no log (a FIFO would block)
 
 
 def _open_logs(pid):
@@ -65,7 +66,11 @@ def _offers(paths):
     """(pid, path) for each process whose watchdog wrote "kill -USR1 PID dumps them now" there."""
     found = []
     for path in paths:
-        with open(path, encoding="utf-8", errors="replace") as f:
+        try:
+            f = open(path, encoding="utf-8", errors="replace")
+        except OSError:  # gone or unreadable since the listing: no process to ask there
+            continue
+        with f:
             for line in f:
                 if "kill -USR1" not in line:
                     continue

@@ -34,6 +34,9 @@ def rank(environ=os.environ):
     return None
 
 
+_NO_VALUE = "bBdEhiIOqsSuvVxPR"  # interpreter flags that take no value and may be clustered
+
+
 def role(args, environ=os.environ):
     """A short word for what the process is, used in file names and line tags."""
     if environ.get("TORCHELASTIC_RUN_ID") is not None and rank(environ) is not None:
@@ -41,7 +44,12 @@ def role(args, environ=os.environ):
     i = 1
     while i < len(args):
         arg = args[i]
-        if arg in ("-W", "-X", "-Q"):
+        if arg.startswith("-") and not arg.startswith("--") and len(arg) > 2 and arg[1] in _NO_VALUE:
+            arg = "-" + arg[1:].lstrip(_NO_VALUE)  # a cluster: -Bc CODE is -B -c CODE
+            if arg == "-":
+                i += 1
+                continue
+        if arg in ("-W", "-X", "-Q", "--check-hash-based-pycs"):
             i += 2
             continue
         if arg == "-c":

@@ -181,8 +181,8 @@ def status(args):
     if facts["sitecustomize"]:
         lines.append("note: a sitecustomize is present (%s); the .pth hook runs before it, the template chains to it"
                      % facts["sitecustomize"])
-    lines.append("note: `python -S` (no site) and `-I` (isolated) skip .pth files, and with them earlylog;"
-                 " -E and -s do not")
+    lines.append("note: `python -S` (no site) skips .pth files, and with them earlylog; -E, -s and -I keep the"
+                 " installed hook, but -E and -I ignore the PYTHONPATH that `earlylog run`/`env` use")
     lines.append("logs: %s" % (os.environ.get("EARLYLOG_FILE") or os.environ.get("EARLYLOG_DIR")
                                or sinks.default_base() + "/<run>/ (a new folder per top-level process)"))
     print("\n".join(lines))

@@ -16,7 +16,8 @@ def variables(environ=os.environ):
     except OSError as exc:
         raise CliError(str(exc))
     old = environ.get("PYTHONPATH", "")
-    parts = [folder] + [p for p in old.split(os.pathsep) if p and p != folder]
+    # An empty entry means the current folder: keep it, or the program could import less.
+    parts = [folder] + ([p for p in old.split(os.pathsep) if p != folder] if old else [])
     out = {"EARLYLOG": "1", "PYTHONPATH": os.pathsep.join(parts)}
     for name, value in sorted(environ.items()):
         if name.startswith("EARLYLOG_"):

@@ -3,7 +3,7 @@ and passwords inside URLs. It must never log, and never return an unredacted sec
 import os
 
 MASK = "***"
-SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE",
+SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASS", "CREDENTIAL", "AUTH", "COOKIE", "SIGNATURE",
                 "SESSION", "PRIVATE")
 
 
@@ -66,29 +66,33 @@ def value(name, text):
 
 
 def argv(args):
-    """The command line with `--token X`, `--password=X`, `HF_TOKEN=X` words (an `env` or
-    `sh -c` command line: a parent's argv is logged too) and URL passwords masked."""
+    """The command line with `--token X`, `--password=X`, `HF_TOKEN=X`, `Bearer X` and URL
+    passwords masked; a word with spaces (an `sh -c` string: a parent's argv is logged too) is
+    masked word by word."""
     out, hide_next = [], False
     for arg in args:
         if hide_next:
             out.append(MASK)
             hide_next = False
             continue
+        if " " in arg.strip():
+            out.append(" ".join(argv(arg.split(" "))))
+            continue
         if arg.startswith("-") and "=" in arg:
             option, _, val = arg.partition("=")
             out.append(option + "=" + (MASK if secret_name(option) else url(val)))
             continue
-        if arg.startswith("-") and len(arg) > 2 and secret_name(arg.lstrip("-")):
+        if (arg.startswith("-") and len(arg) > 2 and secret_name(arg.lstrip("-"))) or \
+                arg.strip("'\"").lower() in ("bearer", "basic", "token"):
             hide_next = True
-        out.append(_assignments(url(arg)) if "=" in arg else url(arg))
+        out.append(_assignment(url(arg)) if "=" in arg else url(arg))
     return out
 
 
-def _assignments(text):
-    """Mask NAME=value words whose NAME looks secret, in a shell-like string."""
-    words = text.split(" ")
-    for i, word in enumerate(words):
-        name, eq, _ = word.partition("=")
-        if eq and name and secret_name(name.lstrip("-").strip("'\"")):
-            words[i] = name + "=" + MASK
-    return " ".join(words)
+def _assignment(word):
+    """Mask a NAME=value word whose NAME looks secret."""
+    name, eq, _ = word.partition("=")
+    bare = name.lstrip("-").strip("'\"")
+    if eq and bare.replace("_", "").replace("-", "").isalnum() and secret_name(bare):
+        return name + "=" + MASK
+    return word

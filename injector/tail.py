@@ -36,7 +36,7 @@ class Source:
     def read(self):
         """New complete lines as (time, text), up to what is written now. The file is open only
         while a chunk is read, so merging a thousand files never holds a thousand descriptors."""
-        while True:
+        while self.ours is not False:  # not ours (a model file beside the logs): never read on
             try:
                 with open(self.path, "rb") as f:
                     f.seek(self.pos)
@@ -48,6 +48,8 @@ class Source:
             self.pos += len(data)
             chunks = (self.partial + data).split(b"\n")
             self.partial = chunks.pop()
+            if self.ours is None and len(self.partial) > logread.MAX_PROBE_LINE:
+                self.ours = False  # no newline this far: binary, and its "line" would grow without end
             for raw in chunks:
                 item = self.render(raw.decode("utf-8", "replace").rstrip("\r"))
                 if item is not None:
