@@ -91,12 +91,27 @@ def _start(origin, parent_tag=None):
 def _after_fork_child():
     """A fork child gets its own file and watchdog; it must take no lock the parent held."""
     global _pid
+    if _in_subprocess_exec():
+        return
     parent_tag = logger.ident.tag if logger is not None else "python"
     _pid = os.getpid()
     try:
         _start("fork", parent_tag)
     except BaseException as exc:
         _failed("start-up after fork", exc)
+
+
+def _in_subprocess_exec():
+    """subprocess with preexec_fn forks in Python and execs at once: that child is the program
+    it is about to exec (which starts earlylog itself), not a fork child worth a log file."""
+    frame = sys._getframe(1).f_back  # above _after_fork_child; None when C code forked
+    for _depth in range(8):
+        if frame is None:
+            return False
+        if frame.f_code.co_name == "_execute_child" and frame.f_code.co_filename.endswith("subprocess.py"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _log_arg(config, argv):

@@ -26,6 +26,7 @@ _installed = False      # wrappers and atexit survive fork: install once per lin
 _flushed = False        # after_main() ran: the end of a script's top-level code was seen
 _original = {}          # name -> the function we wrapped
 _main = None            # ident of the thread whose SystemExit ends the process
+_returned = False       # 3.12+: the __main__ code returned (else a SystemExit may be in flight)
 _MAIN_TOOLS = (4, 3)    # sys.monitoring ids no standard tool claims (debugger 0, coverage 1, ...)
 
 
@@ -121,13 +122,13 @@ def _record():
 def after_main():
     """Called by the stdio Tee when the interpreter flushes with no Python frame on the stack."""
     global _flushed
-    if _flushed or _status == "written" or getattr(sys, "monitoring", None) is not None:
+    if _flushed or _status == "written" or _returned:
         return
     _flushed = True
     import gc
     for generation in (0, 1):
         for obj in gc.get_objects(generation):
-            if isinstance(obj, SystemExit):
+            if issubclass(type(obj), SystemExit):  # type(): isinstance runs a proxy's __class__
                 if _status is None or _status[0] != _code(obj.code):  # keep "sys.exit" when it was
                     _saw(obj.code, "raise SystemExit")
                 return
@@ -242,7 +243,8 @@ def _watch_main():
         return mon.DISABLE
 
     def returned(code, offset, value):
-        global _status
+        global _status, _returned
+        _returned = True
         if _status != "written":
             _status = (0, "end of program")
 

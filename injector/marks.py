@@ -218,7 +218,7 @@ def _check_reachable(host, port):
         pass  # nobody listens yet: normal while rank 0 is still starting
     except socket.gaierror as exc:
         _warn("MASTER_ADDR %s does not resolve (%s): every rank will wait until the timeout" % (host, exc))
-    except OSError as exc:
+    except (OSError, ValueError, OverflowError) as exc:  # MASTER_ADDR=a..b, MASTER_PORT=70000
         _warn("MASTER_ADDR:PORT %s:%d is unreachable from this machine (%s): this rank will wait "
               "until the timeout; check the address, routes and firewalls" % (host, port, exc.strerror or exc))
 

@@ -45,7 +45,11 @@ def end(token, error=None, quiet=False):
     if error is None:
         _log("end %s after %.3f s" % (token[0], took))
     else:
-        _log("error %s after %.3f s: %s: %s" % (token[0], took, type(error).__name__, error))
+        try:
+            text = str(error)
+        except Exception:  # a broken __str__ must not replace the program's own exception
+            text = "(its str() failed)"
+        _log("error %s after %.3f s: %s: %s" % (token[0], took, type(error).__name__, text))
     return took
 
 
@@ -94,7 +98,10 @@ def _start_reminder():
     global _reminder_pid
     _reminder_pid = os.getpid()
     from earlylog import threads
-    threads.start("earlylog-phases", _remind)
+    try:
+        threads.start("earlylog-phases", _remind)
+    except RuntimeError:  # "can't create new thread at interpreter shutdown": no reminder then
+        pass
 
 
 def _remind():

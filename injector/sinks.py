@@ -109,6 +109,18 @@ def open_log(config, ident, started, explicit=None):
     return None, None
 
 
+def _identity(fd):
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
+def _still_ours(fd, identity):
+    """Raise EBADF once the program closed our fd (a daemonizer's closerange) and its number was
+    reused: writing on would put our lines into one of its files."""
+    if _identity(fd) != identity:
+        raise OSError(errno.EBADF, "the program closed it and reused its number")
+
+
 def _reason(exc):
     if getattr(exc, "errno", None) == errno.ELOOP:  # O_NOFOLLOW's "Too many levels of symbolic links"
         return "it is a symlink, and earlylog never follows one"
@@ -166,12 +178,15 @@ class Console:
         except OSError:
             self.fd = self.sock = None
             self.kind = "off"
+            return
+        self._id = _identity(self.fd if self.sock is None else self.sock.fileno())
 
     def write(self, text):
         if self.kind == "off":
             return
         data = text.encode(self.encoding, "backslashreplace") if self.encoding else text.encode()
         try:
+            _still_ours(self.fd if self.sock is None else self.sock.fileno(), self._id)
             if self.sock is not None:
                 import socket
                 # MSG_NOSIGNAL: a GUI that closed its end must not SIGPIPE the program (issue 7).
@@ -202,6 +217,7 @@ class Logger:
         self.console = console
         self.file_failed = 0
         self.last_activity = time.monotonic()
+        self._file_id = _identity(fd) if fd is not None else None
 
     def touch(self):
         """Record a sign of life (a user write) without writing a line."""
@@ -223,6 +239,7 @@ class Logger:
         if self.fd is None:
             return
         try:
+            _still_ours(self.fd, self._file_id)
             while data:
                 data = data[os.write(self.fd, data):]
         except OSError as exc:

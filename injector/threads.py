@@ -23,6 +23,8 @@ def start(name, target, *args):
         _ours[me], _natives[me] = name, _thread.get_native_id()
         try:
             target(*args)
+        except BaseException:  # ours: never "Exception ignored in thread" on the program's stderr
+            pass
         finally:  # idents are reused: a later program thread must not inherit our name
             _ours.pop(me, None)
             _natives.pop(me, None)

@@ -18,6 +18,7 @@ _fork_hooks = False   # register_at_fork callbacks survive fork: register once p
 _arm_later = faulthandler.dump_traceback_later
 _cancel_later = faulthandler.cancel_dump_traceback_later
 _program_timer = False  # the program armed faulthandler's timer: it is theirs from then on
+_fatal_ours = False     # faulthandler.enable() was ours (not PYTHONFAULTHANDLER's)
 
 
 def start(logger):
@@ -99,6 +100,7 @@ class Watchdog:
         # stall: the main thread holds the GIL in C code, so Python cannot look (issue 4).
         self.timeout = self.stall + self.beat if self.stall and not _program_timer else 0
         self.fd = self._dump_fd()
+        self.log_fd = logger.fd
         self.wake = threads.Wakeup()
         self.requests = []
         self.forking = False
@@ -122,8 +124,15 @@ class Watchdog:
             self.logger.event("WARNING", "no log file and the console is a socket or off: fatal-signal, "
                                          "SIGTERM and GIL-held stack dumps are off in this process")
         else:
-            extra = {"c_stack": True} if sys.version_info >= (3, 14) else {}
-            faulthandler.enable(file=self.fd, all_threads=True, **extra)
+            global _fatal_ours
+            if faulthandler.is_enabled() and not _fatal_ours:
+                # PYTHONFAULTHANDLER / -X faulthandler: the program chose where crash stacks go.
+                self.logger.event("note", "the program enabled faulthandler itself: fatal-signal stacks "
+                                          "go where it sends them (usually stderr), not here", console=False)
+            else:
+                extra = {"c_stack": True} if sys.version_info >= (3, 14) else {}
+                faulthandler.enable(file=self.fd, all_threads=True, **extra)
+                _fatal_ours = True  # a fork child inherits it enabled, on our file: re-aim it
             if signal.getsignal(signal.SIGTERM) != signal.SIG_IGN:
                 # A C-level handler: dumps even while C code holds the GIL, then chains to the
                 # previous handler (SIG_DFL: exit status -15 at once, as without earlylog).
@@ -138,6 +147,18 @@ class Watchdog:
                           % ("stacks after %g s of silence" % self.stall if self.stall else "stall dumps off",
                              "; kill -USR1 %d dumps them now" % self.pid if usr1 else
                              "; SIGUSR1 is the program's own, so no on-demand dumps"), console=False)
+
+    def _lost_file(self):
+        """The program closed our log fd (the logger noticed): its number may be a file of the
+        program's now, so faulthandler must stop writing there."""
+        import _signal
+        self.fd = None
+        if self.timeout:
+            _cancel_later()
+            self.timeout = 0
+        faulthandler.unregister(_signal.SIGTERM)
+        if _fatal_ours:
+            faulthandler.disable()
 
     def rearm_timer(self):
         if self.timeout and self.fd is not None and not self.forking:
@@ -159,6 +180,8 @@ class Watchdog:
         while _state is self and os.getpid() == self.pid:
             self.wake.wait(max(0.05, min(self._deadlines(next_mem, next_every, next_at)) - time.monotonic()))
             now = time.monotonic()
+            if self.fd is not None and self.fd == self.log_fd and self.logger.fd is None:
+                self._lost_file()
             self._check_gil(now)
             self.rearm_timer()
             while self.requests:

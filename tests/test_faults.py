@@ -378,3 +378,33 @@ def test_hostile_basics_on_every_python(tmp_path, logdir, minor):
     on = run_both([code, odd], logdir, python=exe, env={"PYTHONPATH": pythonpath, "EARLYLOG_DUMP_EVERY": "0.05"})
     assert on.returncode == 2 and len(on.files()) == 2
     assert "Python 3.%d" % minor in on.records()[0]["msg"]
+
+
+def test_a_daemonizer_closing_every_fd_never_gets_our_lines_in_its_files(tmp_path, logdir):
+    # python-daemon and friends close every fd; the program's next open() reuses our log's number.
+    user_file = tmp_path / "state.txt"
+    code = script(tmp_path, """
+        import os, sys, time
+        print("before")
+        os.closerange(3, 1024)
+        with open(sys.argv[1], "w") as f:
+            print("after")
+            time.sleep(1.5)
+            f.write("user data\\n")
+    """)
+    result = run_python([code, str(user_file)], logdir=logdir,
+                        env={"EARLYLOG_STALL": "0.5", "EARLYLOG_NATIVE": "0"})
+    assert result.returncode == 0 and result.out == "before\nafter\n"
+    assert user_file.read_text() == "user data\n"
+    assert result.err.count("cannot write the log file") == 1
+
+
+def test_subprocess_preexec_child_is_not_logged_as_a_fork(tmp_path, logdir):
+    code = script(tmp_path, """
+        import subprocess, sys
+        subprocess.run([sys.executable, "-c", "pass"], preexec_fn=lambda: None, check=True)
+    """)
+    result = run_python([code], logdir=logdir, env={"EARLYLOG_CONSOLE": "off"})
+    assert result.returncode == 0
+    tags = sorted(r["tag"] for r in result.records() if r["kind"] == "start")
+    assert len(tags) == 2 and not any(t.startswith("fork") for t in tags), tags

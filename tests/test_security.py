@@ -108,3 +108,16 @@ def test_earlylog_env_and_run_refuse_a_planted_default_folder(tmp_path, command)
     err = proc.stderr.decode()
     assert proc.returncode == 2 and err.startswith("earlylog: ") and "symlink" in err and "Traceback" not in err
     assert list(victim.iterdir()) == []
+
+
+def test_secrets_inside_a_parents_shell_command_line_are_masked(tmp_path):
+    logdir = tmp_path / "logs"
+    inner = ("%s -c pass --token tok-in-sh --api-key=key-in-sh https://u:pw-in-url@h/x?X-Amz-Signature=sig-in-url "
+             "-H 'Authorization: Bearer bearer-in-sh'" % PYTHON)
+    proc = subprocess.run(["sh", "-c", inner], env=clean_env(EARLYLOG="1", EARLYLOG_DIR=logdir), capture_output=True,
+                          timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    text = "".join(open(os.path.join(logdir, n), encoding="utf-8").read() for n in os.listdir(logdir))
+    assert "parent" in text  # the parent's sh -c line is logged, masked
+    for secret in ("tok-in-sh", "key-in-sh", "pw-in-url", "sig-in-url", "bearer-in-sh"):
+        assert secret not in text and secret.encode() not in proc.stderr, secret

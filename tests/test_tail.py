@@ -51,3 +51,12 @@ def test_follow_shows_processes_that_start_later(tmp_path, logdir):
     assert "before tail" not in text  # -n 1 started at the old process's last line (its exit)
     assert "%d cmd start: pid %d" % (pid, pid) in text and "%d cmd mark: late arrival %d" % (pid, pid) in text
     assert os.listdir(logdir) and all(n.endswith(".log") for n in os.listdir(logdir))
+
+
+def test_a_large_file_that_is_not_a_log_is_skipped_quickly(tmp_path, logdir):
+    run_python("print('hello')", logdir=logdir)
+    with open(os.path.join(str(logdir), "model.log"), "wb") as f:
+        f.write(os.urandom(1 << 16).replace(b"\n", b" ") * 64)  # 4 MiB with no newline
+    proc = subprocess.run([PYTHON, "-m", "earlylog", "tail", str(logdir)], capture_output=True, text=True,
+                          timeout=30, env=clean_env())
+    assert proc.returncode == 0 and "start:" in proc.stdout
