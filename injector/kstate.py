@@ -1,6 +1,7 @@
 """What the kernel says a thread of this process is doing (/proc/self/task/<tid>), in plain words.
 Linux-only (elsewhere it says nothing); it must never read from, write to or change an fd it inspects."""
 import os
+import sys
 
 # syscall number -> what the call is; /proc/<tid>/syscall gives the number and raw arguments.
 _CALLS = {
@@ -146,7 +147,7 @@ def fd_kind(fd):
     except OSError:
         return "a closed fd", None
     if stat.S_ISFIFO(st.st_mode):
-        return "a pipe", _pipe_fill(fd)
+        return "a pipe", pipe_fill(fd)
     if stat.S_ISSOCK(st.st_mode):
         return _socket_kind(fd)
     if stat.S_ISCHR(st.st_mode):
@@ -154,15 +155,16 @@ def fd_kind(fd):
     return "a file", None
 
 
-def _pipe_fill(fd):
+F_GETPIPE_SZ = 1032   # fcntl.F_GETPIPE_SZ is missing before Python 3.10
+FIONREAD = 0x541B     # termios.FIONREAD on Linux, without importing termios (the probes run it at start-up)
+
+
+def pipe_fill(fd):
+    """(bytes queued, capacity) of a pipe, or None."""
     import fcntl
-    import termios
     try:
-        queued = bytearray(4)
-        fcntl.ioctl(fd, termios.FIONREAD, queued)
-        # F_GETPIPE_SZ is 1032 on Linux; the constant is only in fcntl from Python 3.10.
-        capacity = fcntl.fcntl(fd, getattr(fcntl, "F_GETPIPE_SZ", 1032))
-        return int.from_bytes(queued, "little"), capacity
+        queued = fcntl.ioctl(fd, FIONREAD, b"\0\0\0\0")
+        return int.from_bytes(queued, sys.byteorder), fcntl.fcntl(fd, F_GETPIPE_SZ)
     except OSError:
         return None
 

@@ -26,8 +26,6 @@ FLAGS = ("debug", "inspect", "interactive", "optimize", "dont_write_bytecode", "
          "dev_mode", "utf8_mode", "safe_path")
 # Helper processes that need no nvidia-smi or package scan of their own.
 QUIET_ROLES = ("resource-tracker", "forkserver", "mp-child", "fork")
-F_GETPIPE_SZ = 1032   # fcntl.F_GETPIPE_SZ is missing before Python 3.10
-FIONREAD = 0x541B     # termios.FIONREAD on Linux, without importing termios
 BACKGROUND_DELAY = 0.02
 
 
@@ -143,14 +141,9 @@ def _fd_kind(fd):
     except OSError:
         return "closed", ""
     if stat.S_ISFIFO(st.st_mode):
-        import fcntl
-        size = fcntl.fcntl(fd, F_GETPIPE_SZ)
-        try:
-            filled = fcntl.ioctl(fd, FIONREAD, b"\0\0\0\0")
-            unread = ", %d bytes unread" % int.from_bytes(filled, sys.byteorder)
-        except OSError:
-            unread = ""
-        return "pipe", " (capacity %d KiB%s)" % (size >> 10, unread)
+        from earlylog import kstate
+        fill = kstate.pipe_fill(fd)
+        return "pipe", " (capacity %d KiB, %d bytes unread)" % (fill[1] >> 10, fill[0]) if fill else ""
     if stat.S_ISSOCK(st.st_mode):
         return "socket", ""
     if os.isatty(fd):
