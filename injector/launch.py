@@ -56,9 +56,7 @@ def run(args):
     if "EARLYLOG_DIR" not in values and "EARLYLOG_FILE" not in values:
         import time
         try:
-            base = sinks._private_dir(sinks.default_base())
-            values["EARLYLOG_DIR"] = os.path.join(base, time.strftime("%Y%m%d-%H%M%S") + "-%d" % os.getpid())
-            sinks._private_dir(values["EARLYLOG_DIR"])
+            values["EARLYLOG_DIR"] = sinks.new_run_dir(time.time())
         except OSError as exc:
             raise CliError("cannot make the log folder (%s); set EARLYLOG_DIR to a folder of yours" % exc)
     child_env = dict(os.environ, **values)

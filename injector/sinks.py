@@ -50,11 +50,16 @@ def default_base():
     return os.path.join(tmp, "earlylog-%d" % os.getuid())
 
 
-def _default_dir(started):
-    """A fresh run folder under default_base(); exported so every child logs beside us."""
+def new_run_dir(started):
+    """Make a fresh per-user run folder `<time>-<pid>` under default_base(); returns its path."""
     base = _private_dir(default_base())
-    run = os.path.join(base, time.strftime("%Y%m%d-%H%M%S", time.localtime(started)) + "-%d" % os.getpid())
-    _private_dir(run)
+    return _private_dir(os.path.join(
+        base, time.strftime("%Y%m%d-%H%M%S", time.localtime(started)) + "-%d" % os.getpid()))
+
+
+def _default_dir(started):
+    """A fresh run folder, exported so every child logs beside us."""
+    run = new_run_dir(started)
     os.environ["EARLYLOG_DIR"] = run
     return run
 
