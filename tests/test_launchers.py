@@ -24,7 +24,10 @@ def starts(logdir):
     from earlylog import records
     found = {}
     for path in log_files(str(logdir)):
-        first = records.parse(read(path).splitlines()[0])
+        lines = read(path).splitlines()
+        if not lines:  # a pool worker terminated between creating its file and its first line
+            continue
+        first = records.parse(lines[0])
         found[first["pid"]] = dict(first, file=os.path.basename(path))
     return found
 
