@@ -266,7 +266,7 @@ class Sleepers:
     def _stall_latency(self, i):
         """Seconds from the child falling silent (its own timestamp, just after its last output) to
         its first stall:/dump: line, or None. earlylog's own later lines (probes) are not activity."""
-        from earlylog import records
+        from earlylog.runtime import records
         try:
             silent = read_result(os.path.join(self.work, "stall-%d-result" % i))
         except (OSError, ValueError, SyntaxError):

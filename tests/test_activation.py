@@ -10,7 +10,7 @@ import pytest
 from conftest import make_venv, pip_install
 from support import PYTHON, ROOT, TIMEOUT, clean_env, log_files, read, run_python, script
 
-from earlylog import pthline
+from earlylog.cli import pthline
 
 USER_SCRIPT = """
 import sys

@@ -10,7 +10,7 @@ import tempfile
 
 import pytest
 
-from earlylog import records
+from earlylog.runtime import records
 from support import PYTHON, TIMEOUT, clean_env, log_files, read, run_python, script, wait_for, wait_log
 
 STALL = {"EARLYLOG_STALL": "1", "EARLYLOG_CONSOLE": "off"}
