@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""earlylog's benchmark suite (issue 8): each cost it adds against a baseline from the same run.
+"""earlylog's benchmark suite: each cost it adds against a baseline from the same run.
 It never fails on a number: a missed budget is OVER in the table, a feature not built yet is n/a.
 
 Run it with the dev venv (it needs earlylog and torch there):
