@@ -50,8 +50,8 @@ def _users_timer(original):
 
 
 def _before_fork():
-    # faulthandler's timer hangs the child forever if it is armed at fork time (issue 4,
-    # "Pitfalls"): cancel it here, re-arm in the parent below and in the child's own start().
+    # faulthandler's timer hangs the child forever if it is armed at fork time (see
+    # docs/design.md#faulthandlers-timer-and-fork): cancel it here, re-arm in the parent below and in the child's own start().
     watchdog = _state
     if watchdog is None or watchdog.pid != os.getpid():
         return
@@ -95,7 +95,7 @@ class Watchdog:
         self.every = logger.config.dump_every
         self.beat = min(max(self.stall / 2, 0.25), BEAT_MAX) if self.stall else BEAT_MAX
         # The GIL-free timer fires only when the watchdog thread missed its turn for a whole
-        # stall: the main thread holds the GIL in C code, so Python cannot look (issue 4).
+        # stall: the main thread holds the GIL in C code, so Python cannot look (docs/design.md#gil-free-timer).
         self.timeout = self.stall + self.beat if self.stall and not _program_timer else 0
         self.fd = self._dump_fd()
         self.log_fd = logger.fd
@@ -116,7 +116,7 @@ class Watchdog:
 
     def arm(self):
         # _signal, not signal: the same functions without signal.py's enum wrappers, which cost
-        # over 1 ms of every process's start-up (non-negotiable 2).
+        # over 1 ms of every process's start-up (docs/design.md#_signal-not-signal).
         import _signal as signal
         if self.fd is None:
             self.logger.event("WARNING", "no log file and the console is a socket or off: fatal-signal, "
@@ -135,7 +135,7 @@ class Watchdog:
                 # A C-level handler: dumps even while C code holds the GIL, then chains to the
                 # previous handler (SIG_DFL: exit status -15 at once, as without earlylog).
                 faulthandler.register(signal.SIGTERM, file=self.fd, all_threads=True, chain=True)
-            self.rearm_timer()  # at start, from the main thread (issue 4, "Pitfalls")
+            self.rearm_timer()  # at start, from the main thread (docs/design.md#gil-free-timer)
         usr1 = hasattr(signal, "SIGUSR1") and signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, _on_sigusr1)
         if usr1:
             signal.signal(signal.SIGUSR1, _on_sigusr1)
