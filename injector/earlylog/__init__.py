@@ -16,13 +16,17 @@ def enabled(environ=os.environ):
     return environ.get("EARLYLOG", "").strip().lower() not in OFF_WORDS
 
 
+_STATE = __name__ + ".runtime.state"
+
+
 def log(message):
     """Write one mark to this process's earlylog log; does nothing when earlylog is off."""
-    # No import when off: threads racing to import boot held its import lock across a fork,
-    # and the fork child hung forever in log() (docs/design.md#log-never-imports).
-    boot = sys.modules.get(__name__ + ".runtime.boot")
-    if boot is not None:
-        boot.user_mark(message)
+    # No import when off: threads racing to import the runtime held its import lock across a
+    # fork, and the fork child hung forever in log() (docs/design.md#log-never-imports).
+    state = sys.modules.get(_STATE)
+    logger = state.logger if state is not None else None
+    if logger is not None:  # a fork child's inherited logger writes nothing (sinks.Logger.event)
+        logger.event("mark", str(message))
 
 
 def site_hook():

@@ -1,11 +1,14 @@
 # What earlylog.pth (and an `earlylog install`ed hook) runs once EARLYLOG is set; the env check
 # itself sits in the generated line, ahead of this code, so an unset EARLYLOG costs one lookup.
-# It runs under exec() with two globals: RUNTIME, a folder holding a private copy of the
-# earlylog package (None when pip installed it), and ORIGIN, which hook started it.
+# It runs under exec() with the global ORIGIN, which hook started it, and for a private copy of
+# the earlylog package (`earlylog install`) RUNTIME, the folder holding it. A pip-installed line
+# leaves out the lines between the `runtime copy` markers: exec() compiles its text in every
+# process that has EARLYLOG set, and each line left out is start-up time saved.
 # Edit this file, then regenerate the line: python -m earlylog.cli.pthline --write
 import sys
 try:
-    if RUNTIME and "earlylog" not in sys.modules:
+    # runtime copy: begin
+    if "earlylog" not in sys.modules:
         # Load the private copy by location, so the user's sys.path stays as it was.
         import importlib.util
         spec = importlib.util.spec_from_file_location(
@@ -18,6 +21,7 @@ try:
         except BaseException:
             del sys.modules["earlylog"]
             raise
+    # runtime copy: end
     from earlylog.runtime import boot
 except ImportError:
     # A stale .pth left after an uninstall must never break Python: one line, then go on.

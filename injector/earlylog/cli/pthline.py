@@ -10,18 +10,29 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))  # the source che
 START_ENTRY = "earlylog:site_hook"
 
 
-def hook_source():
-    """The hook's code without comments or blank lines, as exec() will run it."""
+COPY_BEGIN, COPY_END = "# runtime copy: begin", "# runtime copy: end"
+
+
+def hook_source(copy=False):
+    """The hook's code without comments or blank lines, as exec() will run it; without the lines
+    that load a private runtime copy unless `copy`."""
     with open(os.path.join(HERE, "pth_hook.py"), encoding="utf-8") as f:
         lines = [line.rstrip() for line in f]
-    return "\n".join(line for line in lines if line.strip() and not line.lstrip().startswith("#")) + "\n"
+    kept, skipping = [], False
+    for line in lines:
+        marker = line.strip()
+        if marker in (COPY_BEGIN, COPY_END):
+            skipping = marker == COPY_BEGIN and not copy
+        elif line.strip() and not marker.startswith("#") and not skipping:
+            kept.append(line)
+    return "\n".join(kept) + "\n"
 
 
 def render(runtime=None, origin="pth"):
     """One `import` line: it checks EARLYLOG before compiling or importing anything of ours."""
-    scope = "{%r: %r, %r: %r}" % ("RUNTIME", runtime, "ORIGIN", origin)
-    return ("import os;os.environ.get('EARLYLOG', '').strip().lower() in %r or exec(%r, %s)\n"
-            % (OFF_WORDS, hook_source(), scope))
+    scope = {"ORIGIN": origin} if runtime is None else {"RUNTIME": runtime, "ORIGIN": origin}
+    return ("import os;os.environ.get('EARLYLOG', '').strip().lower() in %r or exec(%r, %r)\n"
+            % (OFF_WORDS, hook_source(copy=runtime is not None), scope))
 
 
 def render_start():

@@ -138,8 +138,3 @@ def _version():
     from earlylog import __version__
     return __version__
 
-
-def user_mark(message):
-    """earlylog.log(): a `mark:` line; nothing when earlylog is off in this process."""
-    if state.logger is not None and state.pid == os.getpid():
-        state.logger.event("mark", str(message))

@@ -1,6 +1,5 @@
 """Findings: environment facts that explain a hang or an early crash, each as one sentence saying
 what to do. Pure functions of the facts the probes gathered; they must never probe anything."""
-from earlylog.runtime import packages
 
 # Oldest Linux driver that runs each CUDA major (minor version compatibility), per NVIDIA's
 # CUDA Toolkit release notes, table 2 (cuda-toolkit-release-notes, "CUDA Driver").
@@ -61,6 +60,7 @@ def console_encoding(facts):
 
 
 def torch_driver(facts):
+    from earlylog.runtime import packages  # not at start-up: see BACKGROUND
     build, driver = facts.get("torch_build"), facts["driver"]
     cuda = build and build.get("cuda")
     if not cuda or not driver:
@@ -85,6 +85,7 @@ def cpu_torch(facts):
 
 
 def torch_companions(facts):
+    from earlylog.runtime import packages  # not at start-up: see BACKGROUND
     found = facts["found"]
     if "torch" not in found:
         return None
@@ -107,6 +108,7 @@ def torch_companions(facts):
 
 
 def numpy_abi(facts):
+    from earlylog.runtime import packages  # not at start-up: see BACKGROUND
     found = facts["found"]
     if "numpy" not in found or packages.base(found["numpy"][0])[:1] < (2,):
         return None
@@ -124,6 +126,7 @@ def numpy_abi(facts):
 
 
 def _below_two(spec):
+    from earlylog.runtime import packages  # not at start-up: see BACKGROUND
     for clause in spec.split(","):
         if clause.startswith("<") and not clause.startswith("<="):
             bound = packages.base(clause[1:])
@@ -149,6 +152,7 @@ def smi_timeout(facts):
             "`dmesg | grep -i xid`, reset the GPU or reboot" % facts["smi_timeout"])
 
 
-# Findings from the fast facts, logged before user code; the rest need the background probes.
+# Findings from the fast facts, logged before user code; the rest need the background probes,
+# which load the packages module first: no process pays for it at start-up.
 SYNC = (cuda_visible, memory_limit, stdout_pipe, console_encoding)
 BACKGROUND = (smi_timeout, torch_driver, cpu_torch, torch_companions, numpy_abi, small_shm)

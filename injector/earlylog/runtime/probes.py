@@ -26,7 +26,7 @@ FLAGS = ("debug", "inspect", "interactive", "optimize", "dont_write_bytecode", "
          "dev_mode", "utf8_mode", "safe_path")
 # Helper processes that need no nvidia-smi or package scan of their own.
 QUIET_ROLES = ("resource-tracker", "forkserver", "mp-child", "fork")
-BACKGROUND_DELAY = 0.02
+BACKGROUND_DELAY = 0.1
 
 
 def start(logger):

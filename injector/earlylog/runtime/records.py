@@ -54,6 +54,29 @@ def format_lines(fmt, now, pid, tag, host, kind, text, more=()):
     return "".join(head + cut(m.replace("\n", "\\n")) + "\n" for m in messages)
 
 
+class Formatter:
+    """format_lines for one process: its pid, tag and host given once. A one-line text event (a
+    teed print, a log() call) is one concatenation onto a head built once per millisecond;
+    anything else goes through format_lines."""
+    __slots__ = ("fmt", "pid", "tag", "host", "_fast", "_head")
+
+    def __init__(self, fmt, pid, tag, host):
+        self.fmt, self.pid, self.tag, self.host = fmt, pid, tag, host
+        self._fast = fmt == "text"
+        self._head = (None, "")  # (whole millisecond, its head): one tuple, so a reader never sees half
+
+    def lines(self, now, kind, text, more=()):
+        """format_lines(fmt, now, pid, tag, host, kind, text, more) for this process."""
+        if (more or not self._fast or type(text) is not str or "\n" in text
+                or len(text) + len(kind) + 2 > MAX_LINE):
+            return format_lines(self.fmt, now, self.pid, self.tag, self.host, kind, text, more)
+        milli = int(now * 1000)
+        head = self._head
+        if head[0] != milli:
+            head = self._head = (milli, "%s %s %d %s " % (PREFIX, clock(now), self.pid, self.tag))
+        return f"{head[1]}{kind}: {text}\n"
+
+
 def parse(line):
     """One line (text or JSON) as a dict with time, pid, tag, kind, msg; None if it is not ours."""
     line = line.rstrip("\r\n")

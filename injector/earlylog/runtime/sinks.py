@@ -1,6 +1,7 @@
 """Where earlylog's lines go: the per-process log file and the console channel.
-Every line is one write() per sink; a sink that blocks, fills up or breaks loses lines to itself
-only, never raises, and never takes a lock (a fork child may inherit any lock held)."""
+Every line is one write() per sink and no other system call; a sink that blocks, fills up or breaks
+loses lines to itself only, never raises, and never takes a lock (a fork child may inherit any
+lock held)."""
 import errno
 import os
 import stat
@@ -10,6 +11,24 @@ import time
 from earlylog.runtime import identity, records
 
 _CONSOLE_FDS = {"stderr": 2, "stdout": 1}
+_now, _monotonic, _write = time.time, time.monotonic, os.write  # looked up once: every line uses them
+# Our descriptors sit at this number and up, far above the low numbers a program's open() gets:
+# a program that closes every fd and opens its own files never takes ours
+# (docs/design.md#our-fds-sit-high).
+HIGH_FD = 512
+# Counts this process's forks from the first earlylog import on, bumped in each fork child: a
+# Logger writes only in the process that made it, so a child that did not start earlylog of its
+# own (subprocess's preexec_fn, a failed start) never writes into its parent's file as its parent.
+_lineage = 0
+
+
+def _forked():
+    global _lineage
+    _lineage += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
 
 
 def say(sentence):
@@ -21,7 +40,21 @@ def say(sentence):
 
 
 def _high_fd(fd):
-    """Move fd above 2, so a closed stdin/stdout/stderr is never silently replaced by our file."""
+    """Move fd to the first free number from HIGH_FD up (close-on-exec), or, where the open-files
+    limit is lower, at least above 2: a closed stdin/stdout/stderr must never get our file."""
+    for target in range(HIGH_FD, HIGH_FD + 64):
+        try:
+            os.fstat(target)
+            continue  # taken: the program's, or inherited from a parent's earlylog
+        except OSError as exc:
+            if exc.errno != errno.EBADF:
+                continue
+        try:
+            os.dup2(fd, target, inheritable=False)
+        except OSError:
+            break  # above the open-files limit
+        os.close(fd)
+        return target
     if fd > 2:
         return fd
     import fcntl
@@ -120,8 +153,8 @@ def _identity(fd):
 
 
 def _still_ours(fd, identity):
-    """Raise EBADF once the program closed our fd (a daemonizer's closerange) and its number was
-    reused: writing on would put our lines into one of its files."""
+    """Raise EBADF once the program closed our fd and its number was reused: writing on would put
+    our lines into one of its files. A check for the watchdog's beat, never for every line."""
     if _identity(fd) != identity:
         raise OSError(errno.EBADF, "the program closed it and reused its number")
 
@@ -158,6 +191,7 @@ class Console:
         self.sock = None
         self.kind = "off"
         self.encoding = "utf-8"
+        self.utf8 = True  # the log file's bytes are this console's bytes too
         if mode == "off":
             return
         fd = _CONSOLE_FDS[mode]
@@ -167,6 +201,7 @@ class Console:
             return  # closed (`2>&-`): nothing to write to
         stream = sys.stderr if fd == 2 else sys.stdout
         self.encoding = getattr(stream, "encoding", None) or "utf-8"
+        self.utf8 = self.encoding.lower().replace("_", "-") in ("utf-8", "utf8")
         try:
             if stat.S_ISFIFO(st.st_mode):
                 # A description of our own, so O_NONBLOCK never leaks into the user's writes.
@@ -186,12 +221,13 @@ class Console:
             return
         self._id = _identity(self.fd if self.sock is None else self.sock.fileno())
 
-    def write(self, text):
+    def write(self, text, data=None):
+        """Write one line (text, or data: the same text already encoded as UTF-8)."""
         if self.kind == "off":
             return
-        data = text.encode(self.encoding, "backslashreplace") if self.encoding else text.encode()
         try:
-            _still_ours(self.fd if self.sock is None else self.sock.fileno(), self._id)
+            if data is None or not self.utf8:
+                data = text.encode(self.encoding, "backslashreplace")
             if self.sock is not None:
                 import socket
                 # MSG_NOSIGNAL: a GUI that closed its end must not SIGPIPE the program (docs/design.md#sigpipe-held-back).
@@ -209,6 +245,15 @@ class Console:
             self.dropped += 1
             self.kind = "off"
 
+    def check(self):
+        """Turn the console off once its fd names something else (see Logger.check)."""
+        if self.kind == "off":
+            return
+        try:
+            _still_ours(self.fd if self.sock is None else self.sock.fileno(), self._id)
+        except (OSError, ValueError):
+            self.kind = "off"
+
 
 class Logger:
     """One process's earlylog: formats events and writes each to the file and the console."""
@@ -223,6 +268,8 @@ class Logger:
         self.file_failed = 0
         self.last_activity = time.monotonic()
         self._file_id = _identity(fd) if fd is not None else None
+        self.formatter = records.Formatter(config.format, ident.pid, ident.tag, ident.host)
+        self.lineage = _lineage
 
     def touch(self):
         """Record a sign of life (a user write) without writing a line."""
@@ -230,27 +277,55 @@ class Logger:
 
     def event(self, kind, text, more=(), console=True):
         """Write `kind: text` plus continuation lines; returns nothing and never raises."""
+        if self.lineage != _lineage:
+            return  # a fork child's inherited logger: the parent's file is not ours to write
         try:
-            line = records.format_lines(self.config.format, time.time(), self.ident.pid, self.ident.tag,
-                                        self.ident.host, kind, text, more)
+            line = self.formatter.lines(_now(), kind, text, more)
         except Exception as exc:  # a str() that raises, say: never the user's problem
             line = "[earlylog] unformattable %s line (%r)\n" % (kind, exc)
-        self.last_activity = time.monotonic()
-        self.write_file(line.encode("utf-8", "backslashreplace"))
+        self.last_activity = _monotonic()
+        try:
+            data = line.encode()
+        except UnicodeEncodeError:  # lone surrogates (undecodable bytes in argv, paths, output)
+            data = line.encode("utf-8", "backslashreplace")
+        fd = self.fd
+        if fd is not None:
+            try:
+                written = _write(fd, data)
+                if written < len(data):
+                    self.write_file(data[written:])
+            except OSError as exc:
+                self._file_lost(exc)
         if console:
-            self.console.write(line)
+            self.console.write(line, data)
 
     def write_file(self, data):
+        """Write bytes to the log file, all of them unless it fails; never raises."""
         if self.fd is None:
             return
         try:
-            _still_ours(self.fd, self._file_id)
-            while data:
-                data = data[os.write(self.fd, data):]
+            written = os.write(self.fd, data)
+            while 0 < written < len(data):
+                data = data[written:]
+                written = os.write(self.fd, data)
         except OSError as exc:
-            self.file_failed += 1
-            if self.file_failed == 1:
-                say("cannot write the log file %s (%s); its lines go to the console only"
-                    % (self.path, _reason(exc)))
-            if exc.errno in (errno.EBADF,):
-                self.fd = None
+            self._file_lost(exc)
+
+    def check(self):
+        """Called by the watchdog at each beat: stop writing to an fd that no longer names our
+        file or console (the program closed it and reused its number). A closed fd needs no
+        check: its next write fails with EBADF."""
+        if self.fd is not None:
+            try:
+                _still_ours(self.fd, self._file_id)
+            except OSError as exc:
+                self._file_lost(exc)
+        self.console.check()
+
+    def _file_lost(self, exc):
+        self.file_failed += 1
+        if self.file_failed == 1:
+            say("cannot write the log file %s (%s); its lines go to the console only"
+                % (self.path, _reason(exc)))
+        if exc.errno in (errno.EBADF,):
+            self.fd = None

@@ -26,10 +26,19 @@ class Tee(io.BufferedIOBase):
         self.kind = kind
         self.logger = logger
         self.encoding = text.encoding or "utf-8"
+        self._utf8 = self.encoding.lower().replace("_", "-") in ("utf-8", "utf8")
         self._pending = {}      # thread ident -> bytes of a line not ended yet
 
     def write(self, data):
-        self._copy(data)  # first, so the file has the line even when the console write fails
+        # Copied first, so the file has the line even when the console write fails. The usual
+        # write, one whole ASCII line from a live print(), goes straight to the log (Logger.event
+        # never raises); splitlines() also sees a \r, which only the general path handles.
+        if type(data) is bytes and self._utf8 and not self._pending and data.isascii() and data.endswith(b"\n"):
+            lines = data.splitlines()
+            if len(lines) == 1:
+                self.logger.event(self.kind, lines[0].decode(), console=False)
+                return self._target.write(data)
+        self._copy(data)
         return self._target.write(data)
 
     def _copy(self, data):
@@ -70,8 +79,11 @@ class Tee(io.BufferedIOBase):
         self._pending = {}
 
     def flush(self):
-        if on_main_flush is not None and get_ident() == _MAIN and not _has_caller():
-            on_main_flush()
+        if on_main_flush is not None and get_ident() == _MAIN:
+            try:
+                sys._getframe(1)  # a Python caller: not the interpreter's own flush
+            except ValueError:  # C code called us with no Python frame above (see on_main_flush)
+                on_main_flush()
         return self._target.flush()
 
     def close(self):
@@ -118,16 +130,6 @@ class Tee(io.BufferedIOBase):
     @property
     def mode(self):
         return self._target.mode
-
-
-def _has_caller():
-    """False when C code called us with no Python frame above: the interpreter's own flush after
-    the main script ends, or at shutdown (see on_main_flush)."""
-    try:
-        sys._getframe(2)
-        return True
-    except ValueError:
-        return False
 
 
 def _is_pipe(stream):

@@ -178,6 +178,7 @@ class Watchdog:
         while _state is self and os.getpid() == self.pid:
             self.wake.wait(max(0.05, min(self._deadlines(next_mem, next_every, next_at)) - time.monotonic()))
             now = time.monotonic()
+            self.logger.check()
             if self.fd is not None and self.fd == self.log_fd and self.logger.fd is None:
                 self._lost_file()
             self._check_gil(now)
