@@ -70,7 +70,7 @@ class Formatter:
         if (more or not self._fast or type(text) is not str or "\n" in text
                 or len(text) + len(kind) + 2 > MAX_LINE):
             return format_lines(self.fmt, now, self.pid, self.tag, self.host, kind, text, more)
-        milli = int(now * 1000)
+        milli = now * 1000 // 1  # the millisecond clock() prints, without int()'s call
         head = self._head
         if head[0] != milli:
             head = self._head = (milli, "%s %s %d %s " % (PREFIX, clock(now), self.pid, self.tag))

@@ -223,19 +223,20 @@ class Console:
 
     def write(self, text, data=None):
         """Write one line (text, or data: the same text already encoded as UTF-8)."""
-        if self.kind == "off":
+        kind = self.kind
+        if kind == "off":
             return
         try:
             if data is None or not self.utf8:
                 data = text.encode(self.encoding, "backslashreplace")
-            if self.sock is not None:
+            if kind == "file" or kind == "tty":
+                sent = _write(self.fd, data)
+            elif kind == "pipe":
+                sent = _write_without_sigpipe(self.fd, data)
+            else:
                 import socket
                 # MSG_NOSIGNAL: a GUI that closed its end must not SIGPIPE the program (docs/design.md#sigpipe-held-back).
                 sent = self.sock.send(data, socket.MSG_DONTWAIT | getattr(socket, "MSG_NOSIGNAL", 0))
-            elif self.kind == "pipe":
-                sent = _write_without_sigpipe(self.fd, data)
-            else:
-                sent = os.write(self.fd, data)
             if sent < len(data):
                 self.dropped += 1
         except (BlockingIOError, InterruptedError):
