@@ -18,6 +18,15 @@ _OWN_AT = re.compile(r"earlylog \d+(?:\.\d+)+ at (/.*?), Python ")
 # This reader's own package folder; each log's start line names the folder of the copy that wrote it.
 OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _START = re.compile(r"^pid \d+ \(parent (\d+)\) (.*); log (.*) \(via ")
+_GRANDPARENT = re.compile(r"\(via [^;]*\); grandparent (\d+)")
+_PLACE = re.compile(r"; distributed ((?:\w+=\S+ ?)+)$")
+_TITLE = "process title: "
+_TASK = re.compile(r"^    task \S+: ")  # a pending asyncio task's await chain, under its thread
+# A supervisor's own words, in a process's output, that it killed another process by pid: who killed,
+# and the pattern (one group: the pid). Ray's memory monitor names the worker it killed in the
+# OutOfMemoryError its driver gets ("Selected to kill: (Task: ..., pid=N, ...)"; before Ray 2.40
+# "where the task (task ID: ..., pid=N, ...) was running").
+KILLERS = (("Ray's memory monitor", re.compile(r"(?:Selected to kill: |where the task )\(.*?\bpid=(\d+)")),)
 _NAME = re.compile(r"^\d{8}-\d{6}-(.+)$")
 
 PROBE_LINES = 20        # a file with no earlylog line among its first lines is someone else's
@@ -35,6 +44,10 @@ class Proc:
     def __init__(self, host, pid):
         self.host, self.pid = host, pid
         self.ppid = self.tag = self.argv = self.version = None
+        self.grandparent = None  # its parent's parent, when the start line names it
+        self.place = {}         # rank, local_rank, node_rank, world_size (ints) and job, as the start line says
+        self.title = None       # the process title it set after start (Ray: `ray::TASK`), from a note
+        self.starting = True    # nothing in its log yet beyond its own start-up (probes, imports)
         self.own = None         # the folder of the earlylog copy that wrote this log
         self.files = []
         self.first = self.last = self.activity = None
@@ -51,6 +64,8 @@ class Proc:
 
     @property
     def rank(self):
+        if self.place.get("rank") is not None:
+            return self.place["rank"]
         tag = self.tag or ""
         if tag.startswith("rank") and tag[4:].isdigit():
             return int(tag[4:])
@@ -113,6 +128,7 @@ class Folder:
         self.half_lines = 0
         self.newer = None
         self.epoch = Clock()
+        self.kills = {}         # (host of the line, pid) -> (who killed it, the line that says so): KILLERS
 
     def proc(self, host, pid):
         key = (host, pid)
@@ -250,19 +266,28 @@ def _line(folder, path, state, line):
         if p.first is None:
             p.first = when
         p.last = when
-    if p.tag is None:
-        p.tag = record["tag"]
+    if p.tag is None or kind == "start":
+        p.tag = record["tag"]  # a second start line is the same pid after exec: the new program's tag
     # The phase reminder's `waiting X: still waiting` line is the watchdog's kind: no sign of life.
     if kind in LIFE and when is not None and not (kind == "phase" and record["msg"].startswith("waiting ")):
         p.activity = when
+        if kind not in ("start", "probe") and not (kind == "phase" and record["msg"].split(" ", 2)[1:2] == ["import"]):
+            p.starting = False
     _event(folder, p, kind, when, record["msg"])
 
 
 def _event(folder, p, kind, when, text):
     if kind == "start":
+        if p.argv is not None:
+            _exec(p)
         m = _START.match(text)
         if m:
             p.ppid, p.argv = int(m.group(1)), m.group(2)
+        grandparent = _GRANDPARENT.search(text)
+        p.grandparent = int(grandparent.group(1)) if grandparent else None
+        place = _PLACE.search(text)
+        if place:
+            p.place = {k: int(v) if v.isdigit() else v for k, _, v in (w.partition("=") for w in place.group(1).split())}
         own = _OWN_AT.search(text)
         if own:
             p.own = own.group(1)
@@ -283,11 +308,25 @@ def _event(folder, p, kind, when, text):
         p.mem[1:] = [text] if p.mem else []
         if not p.mem:
             p.mem.append(text)
+    elif kind in ("out", "err", "exception") and "pid=" in text:
+        for who, pattern in KILLERS:
+            m = pattern.search(text)
+            if m:
+                folder.kills.setdefault((p.host, int(m.group(1))), (who, text))
+    elif kind == "note" and text.startswith(_TITLE):
+        p.title = text[len(_TITLE):].strip() or None
     elif kind == "WARNING":
         if text not in p.warnings:
             p.warnings = (p.warnings + [text])[-MAX_KEPT:]
     elif kind not in records.KINDS:
         folder.unknown += 1
+
+
+def _exec(p):
+    """The pid ran a new program (exec: Ray's setup_worker becomes default_worker): what the old
+    program was doing, its stall and open phases, is not the new one's."""
+    _close_block(p)
+    p.stall, p.open, p.title = None, [], None
 
 
 def _phase(p, when, text):
@@ -367,7 +406,7 @@ def parse_threads(lines):
     threads, cur, last_first = [], None, {}
     for line in lines:
         m = _FRAME.match(line)
-        if m and not line.lstrip().startswith(("thread ", "phase:", "blocked:", "busy:")):
+        if m and not line.lstrip().startswith(("thread ", "phase:", "blocked:", "busy:", "task ")):
             if cur is None:
                 cur = Thread("thread")
                 threads.append(cur)
@@ -384,8 +423,9 @@ def parse_threads(lines):
             cur = Thread(text.rstrip(":"))
             threads.append(cur)
             last_first[id(cur)] = "most recent call last" in text
-        elif cur is not None and line.startswith("  ") and not (cur.frames and line.startswith("    ")):
-            cur.notes.append(text)
+        elif cur is not None and line.startswith("  ") and (_TASK.match(line) or
+                                                            not (cur.frames and line.startswith("    "))):
+            cur.notes.append(text)  # kernel state, phase, asyncio's pending tasks and their await chains
     for t in threads:
         if last_first.get(id(t)):
             t.frames.reverse()

@@ -70,9 +70,14 @@ def _start(origin, parent_tag=None):
     logger = state.logger = sinks.Logger(config, ident, started, fd, path, sinks.Console(config.console))
     # The package folder lets a log reader know earlylog's own frames by location (a private
     # runtime copy lives elsewhere than the reader's package), never by a name in the path.
-    logger.event("start", "pid %d (parent %d) %s; log %s (via %s, earlylog %s at %s, Python %s)"
+    # The grandparent links a process to its supervisor across a parent that does not log (Ray's
+    # raylet); the place in a distributed job (rank, local and node rank, job id) names each rank
+    # and its node in a report of many hosts.
+    logger.event("start", "pid %d (parent %d) %s; log %s (via %s, earlylog %s at %s, Python %s)%s%s"
                  % (ident.pid, ident.ppid, _quote_argv(ident.argv), path or "unavailable", origin,
-                    _version(), os.path.dirname(os.path.dirname(os.path.abspath(__file__))), sys.version.split()[0]))
+                    _version(), os.path.dirname(os.path.dirname(os.path.abspath(__file__))), sys.version.split()[0],
+                    "; grandparent %d" % ident.grandparent if ident.grandparent else "",
+                    "; distributed " + ident.place if ident.place else ""))
     for problem in config.problems:
         logger.event("WARNING", problem)
     for name, feature in _features():

@@ -106,6 +106,7 @@ class Watchdog:
         self.native_done = False
         self.last_beat = time.monotonic()
         self.cpu_at_beat = None
+        self.title = None  # the process title last written in a note
 
     def _dump_fd(self):
         """The log file; without one, the console's own (non-blocking) fd; None if neither."""
@@ -251,8 +252,18 @@ class Watchdog:
         from earlylog.runtime import stacks
         if shares is None:
             shares = stacks.cpu_shares()[0]
+        self._note_title()
         more, count = stacks.lines(shares, skip_ident=_thread.get_ident())
         self._quiet("dump", "%s (%d thread%s)" % (reason, count, "" if count == 1 else "s"), more)
+
+    def _note_title(self):
+        """Ray renames a worker after the task it runs (`ray::hang_forever`), as setproctitle users
+        do: a note before the stacks names the task, which the start line's argv cannot."""
+        from earlylog.runtime import identity, redact
+        now = identity.title(self.logger.ident.argv)
+        if now and now != self.title:
+            self.title = now
+            self._quiet("note", "process title: " + " ".join(redact.argv(now.split())))
 
     def _quiet(self, kind, text, more=(), console=None):
         """Write an event that is not a sign of life: silence goes on being measured from before it."""
