@@ -1,9 +1,7 @@
 """Issue 7, faults and abuse: broken log places, broken stdio, crowds, kills, bad knobs, odd bytes,
 recursion, fork storms, signals, shutdown. Each case: the program behaves exactly as without
 earlylog, and where something is wrong earlylog says one clear sentence."""
-import glob
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -11,7 +9,7 @@ import time
 import pytest
 
 from earlylog.config import KNOBS
-from support import PYTHON, TIMEOUT, clean_env, read, run_both, run_python, script, user_text, wait_for
+from support import PYTHON, TIMEOUT, clean_env, python_3, read, run_both, run_python, script, user_text, wait_for
 
 HELLO = "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"
 
@@ -342,15 +340,6 @@ def test_killed_by_a_signal_same_status(tmp_path, logdir, sig):
         out, err = proc.communicate(timeout=TIMEOUT)
         results.append((proc.returncode, user_text(err)))
     assert results[0] == results[1]
-
-
-def python_3(minor):
-    """A working python3.<minor> from pyenv or PATH (a pyenv shim may not run), or None."""
-    pattern = os.path.expanduser("~/.pyenv/versions/3.%d.*/bin/python3.%d" % (minor, minor))
-    for exe in sorted(glob.glob(pattern)) + [shutil.which("python3.%d" % minor)]:
-        if exe and subprocess.run([exe, "-c", "pass"], capture_output=True).returncode == 0:
-            return exe
-    return None
 
 
 @pytest.mark.parametrize("minor", range(9, 14))

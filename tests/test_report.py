@@ -3,7 +3,6 @@ torchrun rendezvous hang) are read back and the verdict lines, the JSON and the 
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -11,49 +10,8 @@ import tempfile
 import pytest
 
 from earlylog import records
-from support import PYTHON, TIMEOUT, clean_env, log_files, read, run_python, script, wait_for, wait_log
-
-STALL = {"EARLYLOG_STALL": "1", "EARLYLOG_CONSOLE": "off"}
-
-
-def earlylog(*args, env=None):
-    """The `earlylog` command, run with EARLYLOG=1 on: it must still never log into the folder."""
-    full = clean_env(EARLYLOG=1, **(env or {}))
-    return subprocess.run([PYTHON, "-m", "earlylog"] + [str(a) for a in args], env=full,
-                          capture_output=True, text=True, timeout=TIMEOUT)
-
-
-def report_json(folder):
-    res = earlylog("report", "--json", folder, env={"EARLYLOG_DIR": folder})
-    assert res.stderr == "", res.stderr
-    return json.loads(res.stdout)
-
-
-def by_tag(rep, tag):
-    return [p for p in rep["processes"] if p["tag"] == tag]
-
-
-def start(args, logdir, **env):
-    """A real process in its own session, so the whole tree can be killed at the end."""
-    full = clean_env(EARLYLOG=1, EARLYLOG_DIR=logdir, **STALL)
-    full.update({k: str(v) for k, v in env.items()})
-    return subprocess.Popen([PYTHON] + args, env=full, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-
-
-def kill_tree(proc):
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait(timeout=TIMEOUT)
-
-
-def kill_pid(pid):
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+from support import (TIMEOUT, by_tag, earlylog, kill_pid, kill_tree, log_files, read, report_json, run_python,
+                     script, start, wait_for, wait_log)
 
 
 def test_clean_multiprocessing_run_is_all_well_and_the_report_writes_nothing(tmp_path, logdir):
