@@ -73,9 +73,11 @@ def _start(origin, parent_tag=None):
         ident.forked(parent_tag)
     fd, path = sinks.open_log(config, ident, started, _log_arg(config, ident.argv))
     logger = sinks.Logger(config, ident, started, fd, path, sinks.Console(config.console))
-    logger.event("start", "pid %d (parent %d) %s; log %s (via %s, earlylog %s, Python %s)"
+    # The package folder lets a log reader know earlylog's own frames by location (a private
+    # runtime copy lives elsewhere than the reader's package), never by a name in the path.
+    logger.event("start", "pid %d (parent %d) %s; log %s (via %s, earlylog %s at %s, Python %s)"
                  % (ident.pid, ident.ppid, _quote_argv(ident.argv), path or "unavailable", origin,
-                    _version(), sys.version.split()[0]))
+                    _version(), os.path.dirname(os.path.abspath(__file__)), sys.version.split()[0]))
     for problem in config.problems:
         logger.event("WARNING", problem)
     for name, feature in _features():

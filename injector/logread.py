@@ -11,6 +11,9 @@ from earlylog import __version__, identity, records
 _FRAME = re.compile(r'^\s*(?:File "(.+)", line (\d+),? in (\S+)|(\S.*?):(\d+) in (\S+?)(?:: .*)?)\s*$')
 _VERSION = re.compile(r"earlylog (\d+(?:\.\d+)+)")
 _EXIT = re.compile(r"status (-?\d+)")
+_OWN_AT = re.compile(r"earlylog \d+(?:\.\d+)+ at (/.*?), Python ")
+# This reader's own package folder; each log's start line names the folder of the copy that wrote it.
+OWN = os.path.dirname(os.path.abspath(__file__))
 _START = re.compile(r"^pid \d+ \(parent (\d+)\) (.*); log (.*) \(via ")
 _NAME = re.compile(r"^\d{8}-\d{6}-(.+)$")
 
@@ -29,6 +32,7 @@ class Proc:
     def __init__(self, host, pid):
         self.host, self.pid = host, pid
         self.ppid = self.tag = self.argv = self.version = None
+        self.own = None         # the folder of the earlylog copy that wrote this log
         self.files = []
         self.first = self.last = self.activity = None
         self.exit_status = self.exit_time = None
@@ -239,6 +243,9 @@ def _event(folder, p, kind, when, text):
         m = _START.match(text)
         if m:
             p.ppid, p.argv = int(m.group(1)), m.group(2)
+        own = _OWN_AT.search(text)
+        if own:
+            p.own = own.group(1)
         v = _VERSION.search(text)
         if v:
             p.version = v.group(1)
@@ -300,7 +307,7 @@ def _close_block(p):
     if block is None:
         return
     kind, when, text, lines = block
-    threads = parse_threads(lines)
+    threads = _without_own_frames(p, parse_threads(lines))
     if kind == "exception":
         frames = threads[-1].frames if threads else []  # a chained exception's last is the one raised
         p.exception = (text, frames)
@@ -317,6 +324,22 @@ def _close_block(p):
         p.crash = {"what": text, "time": when, "threads": threads}
     elif kind == "signal":
         p.signal = (text, when, threads)
+
+
+def own(p, path):
+    """Is this frame earlylog's own code? Known by the folder it was loaded from, never by a name."""
+    return any(path.startswith(folder + os.sep) for folder in (OWN, p.own) if folder)
+
+
+def _without_own_frames(p, threads):
+    """earlylog's frames never stand as the program's: drop them, and threads made only of them."""
+    kept = []
+    for t in threads:
+        frames = [f for f in t.frames if not own(p, f[0])]
+        if frames or not t.frames:
+            t.frames = frames
+            kept.append(t)
+    return kept
 
 
 def parse_threads(lines):

@@ -11,15 +11,15 @@ SCHEMA = 1
 TROUBLE = ("stalled", "crashed", "killed", "vanished", "failed")
 _CRASHES = {"Segmentation fault": "SIGSEGV", "Floating point exception": "SIGFPE", "Aborted": "SIGABRT",
             "Bus error": "SIGBUS", "Illegal instruction": "SIGILL"}
-_OWN = os.path.dirname(os.path.abspath(__file__))
-_LIBRARY = re.compile(r"/(?:site|dist)-packages/|/lib/python\d|/earlylog/|^<frozen")
+_LIBRARY = re.compile(r"/(?:site|dist)-packages/|/lib/python\d|^<frozen")
 _WRAPPERS = ("wrapper", "inner", "marked", "decorate_context", "_fn", "__call__")
 _OOM_HOW = "confirm with `dmesg -T | grep -i oom` or `journalctl -k | grep -i oom` on that host"
 
 
 def library(path):
-    """True for the standard library, installed packages and earlylog itself: not the user's code."""
-    return bool(_LIBRARY.search(path)) or path.startswith(_OWN)
+    """True for the standard library and installed packages: not the user's code. (earlylog's own
+    frames never get here: the reader drops them, knowing them by location.)"""
+    return bool(_LIBRARY.search(path))
 
 
 def user_frame(frames):
@@ -36,7 +36,7 @@ def call_name(frames):
     if u is None:
         return None  # no user code on the stack (a launcher's own loop): no call of the user's to name
     for path, _line, func in reversed(frames[:u]):
-        if path.startswith(_OWN) or "/earlylog/" in path or func.startswith(("_", "<")) or func in _WRAPPERS:
+        if func.startswith(("_", "<")) or func in _WRAPPERS:
             continue
         if "torch/distributed" in path:
             return func
