@@ -92,9 +92,9 @@ def test_two_locks_taken_in_opposite_order_are_a_deadlock_naming_both_threads(tm
     cause = rep["causes"][0]
     assert cause["kind"] == "deadlock" and sorted(cause["threads"]) == ["audit", "transfer"]
     text = cause["text"]
-    for part in ("deadlock", "thread transfer holds `lock_a` (with block at bank.py:6)",
-                 "waits for `lock_b` at bank.py:8", "thread audit holds `lock_b` (with block at bank.py:11)",
-                 "waits for `lock_a` at bank.py:13"):
+    for part in ("deadlock", "thread transfer holds `lock_a` (with block at bank.py:7)",
+                 "waits for `lock_b` at bank.py:9", "thread audit holds `lock_b` (with block at bank.py:12)",
+                 "waits for `lock_a` at bank.py:14"):
         assert part in text, text
     assert "one order" in cause["next"]
     # The main thread's join is explained by the deadlock, not by a second lock story.
@@ -248,7 +248,7 @@ def test_segfault_from_runaway_recursion_is_named_a_stack_overflow(tmp_path, log
         """, "tree.py")], logdir=logdir, env=QUIET)
     rep = report_json(logdir)
     cause = only(rep, "stack-overflow")
-    assert cause["pids"] == [rep["processes"][0]["pid"]] and cause["threads"] == ["MainThread"]
+    assert cause["pids"] == [rep["processes"][0]["pid"]] and len(cause["threads"]) == 1
     if res.returncode == -signal.SIGSEGV:  # 3.9-3.11; newer Pythons raise RecursionError instead
         assert "walk_node at tree.py:5 recursed at least 100 deep" in cause["text"]
         assert "Segmentation fault" in cause["text"]
