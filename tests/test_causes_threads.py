@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from earlylog import records
+from earlylog.runtime import records
 from support import (PYTHON, ROOT, TIMEOUT, clean_env, earlylog, kill_tree, log_files, python_3, read, report_json,
                      run_python, script, start, wait_for)
 
@@ -349,7 +349,7 @@ def test_the_holder_is_found_on_other_pythons(logdir, minor):
     exe = python_3(minor)
     if exe is None:
         pytest.skip("python3.%d is not on this machine" % minor)
-    from earlylog import launch
+    from earlylog.cli import launch
     env = clean_env(EARLYLOG=1, EARLYLOG_DIR=logdir, EARLYLOG_STALL=1, EARLYLOG_CONSOLE="off",
                     PYTHONPATH=launch.variables({})["PYTHONPATH"], **QUIET)
     proc = subprocess.Popen([exe, os.path.join(ROOT, "scripts", "demo_hang.py")], env=env,

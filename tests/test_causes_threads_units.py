@@ -7,7 +7,8 @@ import textwrap
 import threading
 import time
 
-from earlylog import logread, records, verdict, waits
+from earlylog.read import logread, verdict
+from earlylog.runtime import records, waits
 
 T0 = 1767225600.0  # a fixed moment; the processes run on another host, so no liveness check applies
 FUTEX = "blocked: waiting on a lock, condition or event (futex) [kernel: futex_wait_queue]"
