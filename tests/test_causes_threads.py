@@ -61,7 +61,7 @@ def test_demo_hang_names_the_prefetch_thread_as_the_lock_holder(logdir):
 def test_the_demo_script_shows_the_lock_holder_in_its_report():
     res = subprocess.run([PYTHON, os.path.join(ROOT, "scripts", "demo.py")], env=clean_env(),
                          capture_output=True, text=True, timeout=TIMEOUT)
-    report = res.stdout.partition("$ earlylog report")[2]
+    report = res.stdout.partition("(while it is still stuck)")[2]
     assert res.returncode == 0, res.stdout + res.stderr
     assert "thread prefetch holds it" in flat(report) and "`_cache_lock`" in report
 

@@ -7,52 +7,15 @@ import time
 
 from earlylog import __version__
 from earlylog.read import process_causes, thread_causes
+from earlylog.read.causes import label, secs
+from earlylog.read.frames import call_name, frame_dict, frame_tuple, user_frame, where
 from earlylog.runtime import identity
 
 SCHEMA = 1
 TROUBLE = ("stalled", "crashed", "killed", "vanished", "failed")
 _CRASHES = {"Segmentation fault": "SIGSEGV", "Floating point exception": "SIGFPE", "Aborted": "SIGABRT",
             "Bus error": "SIGBUS", "Illegal instruction": "SIGILL"}
-_LIBRARY = re.compile(r"/(?:site|dist)-packages/|/lib/python\d|^<frozen")
-_WRAPPERS = ("wrapper", "inner", "marked", "decorate_context", "_fn", "__call__")
 _OOM_HOW = "confirm with `dmesg -T | grep -i oom` or `journalctl -k | grep -i oom` on that host"
-
-
-def library(path):
-    """True for the standard library and installed packages: not the user's code. (earlylog's own
-    frames never get here: the reader drops them, knowing them by location.)"""
-    return bool(_LIBRARY.search(path))
-
-
-def user_frame(frames):
-    """The innermost frame of the user's own code (frames run innermost first), else the innermost."""
-    for frame in frames:
-        if not library(frame[0]):
-            return frame
-    return frames[0] if frames else None
-
-
-def call_name(frames):
-    """The library call the user's code is inside, e.g. `subprocess.run`, `barrier`; None if none."""
-    u = next((i for i, f in enumerate(frames) if not library(f[0])), None)
-    if u is None:
-        return None  # no user code on the stack (a launcher's own loop): no call of the user's to name
-    for path, _line, func in reversed(frames[:u]):
-        if func.startswith(("_", "<")) or func in _WRAPPERS:
-            continue
-        if "torch/distributed" in path:
-            return func
-        return "%s.%s" % (os.path.basename(path)[:-3] if path.endswith(".py") else os.path.basename(path), func)
-    return None
-
-
-def where(frame):
-    """`func at file.py:12`."""
-    return "%s at %s:%d" % (frame[2], os.path.basename(frame[0]), frame[1]) if frame else "an unknown place"
-
-
-def frame_dict(frame):
-    return {"file": frame[0], "line": frame[1], "function": frame[2]} if frame else None
 
 
 def _alive(pid, first):
@@ -136,7 +99,7 @@ def _process(p, now, here):
     if stalled_at_end:
         _stall_summary(d, p, now, local)
     elif d["state"] == "running":
-        d["summary"] = "running, last sign of life %s ago" % _secs(now - (p.last or now))
+        d["summary"] = "running, last sign of life %s ago" % secs(now - (p.last or now))
     return d
 
 
@@ -174,7 +137,7 @@ def _stall_summary(d, p, now, local):
     silent = (upto or now) - (p.activity or p.first or now)
     d["stall"]["seconds"] = round(silent, 1)
     main = d["stall"]["main"]
-    text = "stalled for %s in %s" % (_secs(silent), where(frame_tuple(d["where"])) if main
+    text = "stalled for %s in %s" % (secs(silent), where(frame_tuple(d["where"])) if main
                                      else "an unknown place (no stack was written)")
     if d["phase"]:
         text += " (phase %s)" % d["phase"]
@@ -184,11 +147,7 @@ def _stall_summary(d, p, now, local):
 
 
 def _span(a, b):
-    return _secs(b - a) if a is not None and b is not None else "an unknown time"
-
-
-def _secs(s):
-    return "%.1f s" % s if s < 10 else "%.0f s" % s
+    return secs(b - a) if a is not None and b is not None else "an unknown time"
 
 
 def judge(folder, now=None):
@@ -233,11 +192,6 @@ def _causes(report, folder):
     return found
 
 
-def _label(d):
-    return "rank %d" % d["rank"] if d["tag"] and d["tag"].startswith("rank") and d["rank"] is not None \
-        else "pid %d (%s)" % (d["pid"], d["tag"])
-
-
 def _verdict(out, by_key, causes):
     """The short story, most important first: a headline, the causes with their next steps, then
     one line per process in trouble that no cause explains."""
@@ -247,15 +201,17 @@ def _verdict(out, by_key, causes):
     lines = [_headline(out, troubled)]
     lines += ["%s; next: %s" % (c["text"], c["next"]) if c["next"] else c["text"] for c in causes]
     explained, stragglers = set(), set()
+    # A run stopped as a whole is one cause, not one "likely SIGKILL" guess per process.
+    stopped = {pid for c in causes if c["kind"] == "run-stopped" for pid in c["pids"]}
     lines += _ranks(out, explained, stragglers)
     lines += _parents(out, by_key, explained, stragglers)
     for d in troubled:
         if id(d) not in explained:
-            lines.append("%s %s" % (_label(d), d["summary"]))
+            lines.append("%s %s" % (label(d), d["summary"]))
             explained.add(id(d))
-        if d["state"] == "vanished":
+        if d["state"] == "vanished" and d["pid"] not in stopped:
             lines.append(_vanished_cause(d, out))
-    lines += ["warning in %s: %s" % (_label(d), w) for d in troubled for w in d["warnings"][:2]][:3]
+    lines += ["warning in %s: %s" % (label(d), w) for d in troubled for w in d["warnings"][:2]][:3]
     return lines
 
 
@@ -317,10 +273,6 @@ def _ranks(out, explained, stragglers):
     return ["; ".join(parts)] if parts else []
 
 
-def frame_tuple(frame):
-    return (frame["file"], frame["line"], frame["function"]) if frame else None
-
-
 def _parents(out, by_key, explained, stragglers):
     """A stalled parent whose child is in trouble waits for that child: say so, name the child."""
     lines = []
@@ -346,6 +298,6 @@ def _vanished_cause(d, out):
     rose = mem.get("oom_kill_rose") or any((o["memory"] or {}).get("oom_kill_rose") for o in out)
     if rose or mem.get("near_limit"):
         why = "the cgroup's oom_kill count rose" if rose else "memory was at %s" % mem["last"]
-        return "likely cause for %s: the kernel's OOM killer (%s); %s" % (_label(d), why, _OOM_HOW)
+        return "likely cause for %s: the kernel's OOM killer (%s); %s" % (label(d), why, _OOM_HOW)
     return ("likely cause for %s: killed by SIGKILL (kill -9, a job scheduler or the OOM killer; its last "
-            "memory breadcrumbs show no pressure); %s" % (_label(d), _OOM_HOW))
+            "memory breadcrumbs show no pressure); %s" % (label(d), _OOM_HOW))
