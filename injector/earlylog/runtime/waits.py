@@ -6,19 +6,21 @@ no `release()` since). The lines, parsed by the reader (read/thread_causes.py):
   waits for: KIND NAME (TYPE at 0xADDR[, DETAIL])   KIND: lock, semaphore, condition, event,
       queue, barrier, future; NAME `?` when unknown; DETAIL for a queue `get` or `put`, for a
       semaphore `N free`, for a barrier `N of M arrived`
-  held by: WHO[; with block at FILE:LINE in FUNC][; acquire() at FILE:LINE in FUNC, not released since]
+  held by: WHO[; with block at FILE:LINE in FUNC | ; acquire() at FILE:LINE in FUNC, not released since]
       WHO: thread NAME (ident 0xID) | this thread itself | an unknown thread
            | a thread no longer running (ident 0xID)
   joins: thread NAME (ident 0xID)
 It runs in the watchdog thread at dump time only. It must never run the program's code: objects
 are told apart by exact type and identity, and values read from frame, instance and class dicts,
 never through getattr, __repr__, __eq__, properties or __getattr__ (the one repr taken is the C
-RLock's own). It never blocks and never raises; what cannot be known is left out."""
+RLock's own). It never blocks and never raises; what cannot be known is left out. Its cost
+falls on dumps only: nothing is imported before the first one, which imports ast and linecache
+and parses the functions on the stacks; what the sources say is kept for the next dumps."""
 import _thread
 import sys
 
 MAX_FRAMES = 40       # frames looked at per thread, as in the dump itself
-MAX_SOURCE = 2000000  # characters: a larger source file is not parsed
+MAX_SOURCE = 2000000  # characters: a larger file is parsed a function at a time only
 MAX_FILES = 64        # source files whose findings are kept between dumps
 MAX_EXPRS = 512       # expression texts whose syntax trees are kept between dumps
 MAX_HOLDERS = 5       # `held by:` lines for one semaphore
@@ -48,7 +50,7 @@ _KNOWN = (("threading.BoundedSemaphore", "threading", "BoundedSemaphore"),
           ("queue.PriorityQueue", "queue", "PriorityQueue"), ("queue.LifoQueue", "queue", "LifoQueue"),
           ("queue.Queue", "queue", "Queue"), ("queue.SimpleQueue", "queue", "SimpleQueue"),
           ("concurrent.futures.Future", "concurrent.futures._base", "Future"))
-_files = {}  # filename -> _Source, or None when it cannot be read or parsed
+_files = {}  # (filename, function's first line or 0) -> _Source, or None when it cannot be parsed
 _exprs = {}  # expression source text -> (syntax tree, one-line text, names)
 _memo = [None, None]  # the last dump's stacks (as ids) and what each thread holds
 
@@ -225,9 +227,11 @@ def _holdings(frames):
     """{thread ident: ([(text, ids of what it holds)], ids of locks it gave back in a
     Condition.wait)}, worked out once per dump: a dump of N threads waiting on one lock reads
     each stack once, not N times. Only ids and text are kept, never the program's objects."""
-    signature = tuple((tid, id(top), top.f_lasti) for tid, top in frames.items())
+    me = _thread.get_ident()  # the dumping thread holds none of the program's locks
+    signature = tuple((tid, id(top), top.f_lasti) for tid, top in frames.items() if tid != me)
     if _memo[0] != signature:
-        _memo[:] = [signature, {tid: (_held_in(top), _released_in_wait(top)) for tid, top in frames.items()}]
+        _memo[:] = [signature, {tid: (_held_in(top), _released_in_wait(top)) for tid, top in frames.items()
+                                if tid != me}]
     return _memo[1]
 
 
