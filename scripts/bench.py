@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""earlylog's benchmark suite (issue 8): each cost it adds against a baseline from the same run.
+"""earlylog's benchmark suite: each cost it adds against a baseline from the same run.
 It never fails on a number: a missed budget is OVER in the table, a feature not built yet is n/a.
 
 Run it with the dev venv (it needs earlylog and torch there):
@@ -266,7 +266,7 @@ class Sleepers:
     def _stall_latency(self, i):
         """Seconds from the child falling silent (its own timestamp, just after its last output) to
         its first stall:/dump: line, or None. earlylog's own later lines (probes) are not activity."""
-        from earlylog import records
+        from earlylog.runtime import records
         try:
             silent = read_result(os.path.join(self.work, "stall-%d-result" % i))
         except (OSError, ValueError, SyntaxError):

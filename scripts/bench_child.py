@@ -49,8 +49,8 @@ def torch_loop(result, steps):
 def log_line(result, calls, blocks):
     """earlylog.log() against the same bytes written by two raw os.write calls, block by block."""
     import earlylog
-    from earlylog import boot, records
-    logger = boot.logger
+    from earlylog.runtime import records, state
+    logger = state.logger
     if logger is None:
         raise SystemExit("earlylog did not start in this process")
     message = "epoch 3 step 1200: checkpoint saved to /data/run-7/ckpt-1200.pt"

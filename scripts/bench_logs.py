@@ -5,7 +5,7 @@ import random
 import time
 from types import SimpleNamespace
 
-from earlylog import records, sinks
+from earlylog.runtime import records, sinks
 
 HOSTS = ("gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04")
 

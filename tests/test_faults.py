@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from earlylog.config import KNOBS
+from earlylog.runtime.config import KNOBS
 from support import PYTHON, TIMEOUT, clean_env, read, run_both, run_python, script, user_text, wait_for
 
 HELLO = "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"
@@ -141,7 +141,7 @@ def test_64_processes_share_one_log_file_without_torn_lines(tmp_path):
     env = clean_env(EARLYLOG=1, EARLYLOG_FILE=shared, EARLYLOG_CONSOLE="off", EARLYLOG_PROBES=0)
     procs = [subprocess.Popen([PYTHON, code, "p%d" % n], env=env) for n in range(64)]
     assert [p.wait(timeout=TIMEOUT) for p in procs] == [0] * 64
-    from earlylog import records
+    from earlylog.runtime import records
     lines = read(str(shared)).splitlines()
     parsed = [records.parse(line) for line in lines]
     assert None not in parsed, "a torn or interleaved line"
@@ -165,7 +165,7 @@ def test_sigkill_mid_write_keeps_earlier_lines(tmp_path, logdir):
     finally:
         proc.kill()
         proc.wait(timeout=TIMEOUT)
-    from earlylog import records
+    from earlylog.runtime import records
     text = read(str(next(logdir.iterdir())))
     assert text.endswith("\n")
     marks = [records.parse(line) for line in text.splitlines()]
@@ -359,7 +359,7 @@ def test_hostile_basics_on_every_python(tmp_path, logdir, minor):
     exe = python_3(minor)
     if exe is None:
         pytest.skip("python3.%d is not on this machine" % minor)
-    from earlylog import launch
+    from earlylog.cli import launch
     code = script(tmp_path, """
         import os, sys, threading, time, warnings
         warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+ names the pid in its fork warning

@@ -10,7 +10,7 @@ import tempfile
 
 import pytest
 
-from earlylog import records
+from earlylog.runtime import records
 from support import PYTHON, TIMEOUT, clean_env, log_files, read, run_python, script, wait_for, wait_log
 
 STALL = {"EARLYLOG_STALL": "1", "EARLYLOG_CONSOLE": "off"}
@@ -236,7 +236,7 @@ def test_bad_input_gives_clear_lines_and_partial_results(tmp_path, logdir):
     host = os.path.basename(real).split("-")[2]
     newer = logdir / os.path.basename(real).replace("-%s-" % host, "-node9-")
     with open(real) as src, open(newer, "w") as dest:
-        dest.write(src.read().replace("earlylog 0.1.0,", "earlylog 9.0.0,"))
+        dest.write(src.read().replace("earlylog 0.1.0 at", "earlylog 9.0.0 at"))
         dest.write("[earlylog] 2099-01-01 00:00:00.000 %d cmd teleport: a kind from the future\n" % pid)
     with open(real, "rb") as src, open(logdir / os.path.basename(real).replace("-%s-" % host, "-half-"), "wb") as dest:
         dest.write(src.read()[:-10])  # killed in the middle of its last write
@@ -274,3 +274,25 @@ def test_bad_input_gives_clear_lines_and_partial_results(tmp_path, logdir):
     assert res.returncode == 0 and "earlylog-%d" % os.getuid() in res.stdout
     res = earlylog("report", tmp_path / ("earlylog-%d" % os.getuid()))  # the base, not a run folder
     assert "note: this folder holds run folders; the newest is" in res.stdout
+
+
+def test_a_project_in_a_folder_named_earlylog_is_the_users_code(tmp_path, logdir):
+    # A user's project (or a clone of this repository) in a folder named `earlylog` is not
+    # earlylog: its frames are the user's, and the library call they are in is named.
+    project = tmp_path / "earlylog" / "proj"
+    project.mkdir(parents=True)
+    path = script(project, """
+        import subprocess, sys
+        def prepare():
+            subprocess.run([sys.executable, "-c", "import time; time.sleep(60)"])
+        prepare()
+        """, "train.py")
+    proc = start([path], logdir, EARLYLOG_NATIVE=0)
+    try:
+        wait_for(lambda: any("dump: stall" in read(f) and "train.py" in read(f) for f in log_files(logdir)))
+        rep = report_json(logdir)
+    finally:
+        kill_tree(proc)
+    main = [p for p in by_tag(rep, "train") if p["stall"]][0]
+    assert main["where"]["function"] == "prepare" and main["where"]["file"] == path
+    assert main["stall"]["main"]["call"] == "subprocess.run"

@@ -257,11 +257,11 @@ def test_a_programs_own_faulthandler_timer_is_left_alone(tmp_path, logdir):
 def test_first_stall_dump_adds_native_stacks_once(tmp_path, logdir):
     res = run_python([script(tmp_path, """
         import threading, time
-        from earlylog import boot
+        from earlylog.runtime import state
         def park():
             # until the slow tool (gdb loads symbols) has written its lines, at most 20 s
             deadline = time.monotonic() + 20
-            while time.monotonic() < deadline and "native stacks" not in open(boot.logger.path).read():
+            while time.monotonic() < deadline and "native stacks" not in open(state.logger.path).read():
                 threading.Event().wait(0.5)
             threading.Event().wait(1.5)
         park()
