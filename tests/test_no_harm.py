@@ -112,7 +112,7 @@ def test_a_child_forked_in_a_thread_exits_when_its_thread_returns(tmp_path, logd
     on = run_both([code], logdir, env={"EARLYLOG_STALL": "1"})
     assert on.out == "child\nchild exited 0\n"
     [child] = [read(p) for p in on.files() if "-fork" in os.path.basename(p)]
-    assert "stall dumps are off" in child
+    assert "stall and on-demand dumps are off" in child
 
 
 def test_faulthandler_answers_as_without_earlylog(tmp_path, logdir):
@@ -130,7 +130,7 @@ def test_faulthandler_answers_as_without_earlylog(tmp_path, logdir):
     run_python([code, str(own)], enabled=False)
     theirs = own.read_text()
     on = run_both([code, str(own)], logdir)
-    assert on.returncode == 0 and on.out == "False\nTrue\nNone False\nFalse\n"
+    assert on.returncode == 0 and on.out == "False\nTrue\nTrue False\nFalse\n"
     assert own.read_text() == theirs and "in <module>" in theirs
 
 
@@ -182,12 +182,12 @@ def test_pytest_like_faulthandler_use_leaves_stderr_silent_and_the_log_gets_the_
 def test_sigusr1_kills_as_without_earlylog(logdir):
     on = run_both("""
         import os, signal, time
-        print(signal.getsignal(signal.SIGUSR1), flush=True)
+        print(signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL, flush=True)
         os.kill(os.getpid(), signal.SIGUSR1)
         time.sleep(2)
         print("survived")
     """, logdir)
-    assert on.returncode == -signal.SIGUSR1 and on.out == "Handlers.SIG_DFL\n"
+    assert on.returncode == -signal.SIGUSR1 and on.out == "True\n"
 
 
 def test_earlylog_dump_asks_a_live_process_for_its_stacks(tmp_path, logdir):
@@ -271,7 +271,7 @@ def test_a_native_stack_tool_never_leaves_the_process_stopped(tmp_path, logdir, 
     assert time.monotonic() - started < 15
     natives = [r["msg"] for r in on.records() if r["kind"] == "dump" and "native stacks" in r["msg"]]
     if native:  # asked for, on a blocked process: tried once, killed after its timeout, process resumed
-        assert natives == ["no native stacks: py-spy did not finish within 2 s"]
+        assert len(natives) == 1 and natives[0].startswith("no native stacks: py-spy did not finish within 2 s")
     else:  # off by default
         assert natives == []
 
