@@ -7,7 +7,7 @@ import subprocess
 
 from support import ROOT, clean_env
 
-from earlylog.config import KNOBS
+from earlylog.runtime.config import KNOBS
 
 README = os.path.join(ROOT, "README.md")
 PAGES = [README] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))

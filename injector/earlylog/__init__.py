@@ -19,7 +19,7 @@ def enabled(environ=os.environ):
 def log(message):
     """Write one mark to this process's earlylog log; does nothing when earlylog is off."""
     # No import when off: threads racing to import boot held its import lock across a fork,
-    # and the fork child hung forever in log() (issue 7, test_fork_storm_with_threads_alive).
+    # and the fork child hung forever in log() (docs/design.md#log-never-imports).
     boot = sys.modules.get(__name__ + ".runtime.boot")
     if boot is not None:
         boot.user_mark(message)

@@ -170,7 +170,7 @@ def pipe_fill(fd):
 
 
 def _socket_kind(fd):
-    # Node.js gives children socketpairs, not pipes (see issue 4): the fill level is SIOCOUTQ
+    # Node.js gives children socketpairs, not pipes (docs/design.md#nodejs-gives-socketpairs): the fill level is SIOCOUTQ
     # (unsent bytes, TIOCOUTQ's number) against the send buffer size.
     import fcntl
     import socket

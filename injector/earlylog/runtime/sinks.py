@@ -150,7 +150,7 @@ def _reason(exc):
 
 def _write_without_sigpipe(fd, data):
     """os.write to a pipe with SIGPIPE held back: a program that set SIGPIPE to SIG_DFL may die of
-    its own writes to a gone reader, never of ours (issue 7: it ended 141 where it ended 0)."""
+    its own writes to a gone reader, never of ours (docs/design.md#sigpipe-held-back)."""
     import _signal  # not signal: signal.py builds its enums on import, 1.5 ms of start-up
     if not hasattr(_signal, "pthread_sigmask"):
         return os.write(fd, data)
@@ -210,7 +210,7 @@ class Console:
             _still_ours(self.fd if self.sock is None else self.sock.fileno(), self._id)
             if self.sock is not None:
                 import socket
-                # MSG_NOSIGNAL: a GUI that closed its end must not SIGPIPE the program (issue 7).
+                # MSG_NOSIGNAL: a GUI that closed its end must not SIGPIPE the program (docs/design.md#sigpipe-held-back).
                 sent = self.sock.send(data, socket.MSG_DONTWAIT | getattr(socket, "MSG_NOSIGNAL", 0))
             elif self.kind == "pipe":
                 sent = _write_without_sigpipe(self.fd, data)

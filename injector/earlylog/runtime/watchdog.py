@@ -34,8 +34,8 @@ def start(logger):
 
 
 def _before_fork():
-    # faulthandler's timer hangs the child forever if it is armed at fork time (issue 4,
-    # "Pitfalls"): cancel it here, re-arm in the parent below and in the child's own start().
+    # faulthandler's timer hangs the child forever if it is armed at fork time (see
+    # docs/design.md#faulthandlers-timer-and-fork): cancel it here, re-arm in the parent below and in the child's own start().
     watchdog = _state
     if watchdog is None or watchdog.pid != os.getpid():
         return
@@ -72,7 +72,7 @@ class Watchdog:
         # runs): a thread of ours, or faulthandler's timer thread, would keep it alive for ever.
         self.threaded = threads.may_start()
         # The GIL-free timer fires only when the watchdog thread missed its turn for a whole
-        # stall: the main thread holds the GIL in C code, so Python cannot look (issue 4).
+        # stall: the main thread holds the GIL in C code, so Python cannot look (docs/design.md#gil-free-timer).
         self.timeout = self.stall + self.beat if self.stall and self.threaded else 0
         self.fd = self._dump_fd()
         self.log_fd = logger.fd
@@ -95,7 +95,7 @@ class Watchdog:
 
     def arm(self):
         # _signal, not signal: the same functions without signal.py's enum wrappers, which cost
-        # over 1 ms of every process's start-up (non-negotiable 2).
+        # over 1 ms of every process's start-up (docs/design.md#_signal-not-signal).
         import _signal as signal
         # A C-level SIGTERM handler dumps even while C code holds the GIL, then chains to the
         # previous handler (SIG_DFL: exit status -15 at once, as without earlylog).
@@ -108,7 +108,7 @@ class Watchdog:
             # PYTHONFAULTHANDLER / -X faulthandler: the program chose where crash stacks go.
             self.logger.event("note", "the program enabled faulthandler itself: fatal-signal stacks "
                                       "go where it sends them (usually stderr), not here", console=False)
-        self.rearm_timer()  # at start, from the main thread (issue 4, "Pitfalls")
+        self.rearm_timer()  # at start, from the main thread (docs/design.md#gil-free-timer)
         if not self.threaded:
             what = "stall and on-demand dumps are off in this process: it was forked by a thread other than " \
                    "main and ends when that thread returns, which a thread of earlylog's would prevent"
