@@ -50,7 +50,7 @@ def _main_interpreter():
     Py_EndInterpreter abort the process; an isolated one cannot start threads at all.
     set_wakeup_fd checks "main thread of the main interpreter" before it looks at its argument:
     -2 is refused there with ValueError, and in the main interpreter with EBADF, changing nothing.
-    0.2 us, nothing imported (importing _interpreters or _xxsubinterpreters takes 0.5 to 3.5 ms)."""
+    About 5 us, nothing imported (importing _interpreters or _xxsubinterpreters takes 0.5 to 3.5 ms)."""
     import _signal
     try:
         _signal.set_wakeup_fd(-2)
