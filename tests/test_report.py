@@ -244,18 +244,24 @@ def test_bad_input_gives_clear_lines_and_partial_results(tmp_path, logdir):
 
     empty = tmp_path / "empty"
     empty.mkdir()
-    res = earlylog("report", empty)
-    assert res.returncode == 0 and "no earlylog process logs here" in res.stdout
+    res = earlylog("report", empty)  # a wrong folder is not "all well": exit 2 and say what to pass
+    assert res.returncode == 2 and "holds no earlylog logs" in res.stderr and "first earlylog line" in res.stderr
     res = earlylog("report", tmp_path / "missing")
     assert res.returncode == 2 and res.stderr.strip() == "earlylog: %s does not exist" % (tmp_path / "missing")
     # no folder given: the newest run folder under $TMPDIR/earlylog-<uid>/, else one clear line
     res = earlylog("report", env={"TMPDIR": str(tmp_path / "nothing")})
     assert res.returncode == 2 and "no run folder under" in res.stderr and "Traceback" not in res.stderr
+    run_python("import earlylog; earlylog.log('older run')", env={"TMPDIR": str(tmp_path)})
     run_python("import earlylog; earlylog.log('default folder')", env={"TMPDIR": str(tmp_path)})
+    base = tmp_path / ("earlylog-%d" % os.getuid())
+    runs = sorted(os.listdir(base), key=lambda n: os.path.getmtime(base / n))
     res = earlylog("report", env={"TMPDIR": str(tmp_path)})
-    assert res.returncode == 0 and "earlylog-%d" % os.getuid() in res.stdout
-    res = earlylog("report", tmp_path / ("earlylog-%d" % os.getuid()))  # the base, not a run folder
-    assert "note: this folder holds run folders; the newest is" in res.stdout
+    assert res.returncode == 0 and str(base / runs[-1]) in res.stdout
+    # it names the run it picked, and the others, on stderr (stdout stays the report)
+    assert "reading the newest run, %s" % (base / runs[-1]) in res.stderr
+    assert "other recent runs: %s (" % runs[-2] in res.stderr
+    res = earlylog("report", base)  # the base, not a run folder
+    assert res.returncode == 2 and "it holds run folders: pass one, e.g. the newest, %s" % (base / runs[-1]) in res.stderr
 
 
 def test_a_project_in_a_folder_named_earlylog_is_the_users_code(tmp_path, logdir):
