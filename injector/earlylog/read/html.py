@@ -25,8 +25,10 @@ MAX_TEXT = 2000  # one argv or warning shown at most this long: a page stays sma
 def page(report):
     """The whole page as one string."""
     data = _json(_data(report))
-    return _PAGE % {"title": html.escape(report["folder"]), "style": html_assets.STYLE, "head": _head(report),
+    text = _PAGE % {"title": html.escape(report["folder"]), "style": html_assets.STYLE, "head": _head(report),
                     "legend": _LEGEND, "data": data, "script": html_assets.SCRIPT}
+    # A folder name that is not UTF-8 (undecodable bytes kept as surrogates) must not stop the write.
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _json(value):
