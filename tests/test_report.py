@@ -5,7 +5,6 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 
 import pytest
 
