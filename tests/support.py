@@ -1,6 +1,10 @@
 """One helper for every test: run a real interpreter with an explicit env and return what it left.
 Scenarios are a few lines on top of run_python(); timeouts come from EARLYLOG_TEST_TIMEOUT."""
+import glob
+import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -117,3 +121,57 @@ def run_both(args, logdir, env=None, **kwargs):
     on = run_python(args, logdir=logdir, env=env, **kwargs)
     assert (on.returncode, on.out, user_text(on.err)) == (off.returncode, off.out, user_text(off.err)), on.err[-3000:]
     return on
+
+
+def python_3(minor):
+    """A working python3.<minor> from pyenv or PATH (a pyenv shim may not run), or None."""
+    pattern = os.path.expanduser("~/.pyenv/versions/3.%d.*/bin/python3.%d" % (minor, minor))
+    for exe in sorted(glob.glob(pattern)) + [shutil.which("python3.%d" % minor)]:
+        if exe and subprocess.run([exe, "-c", "pass"], capture_output=True).returncode == 0:
+            return exe
+    return None
+
+
+# Real runs read back with `earlylog report`: start a program in its own session, read its
+# report, kill its whole tree at the end.
+STALL = {"EARLYLOG_STALL": "1", "EARLYLOG_CONSOLE": "off"}
+
+
+def earlylog(*args, env=None):
+    """The `earlylog` command, run with EARLYLOG=1 on: it must still never log into the folder."""
+    full = clean_env(EARLYLOG=1, **(env or {}))
+    return subprocess.run([PYTHON, "-m", "earlylog"] + [str(a) for a in args], env=full,
+                          capture_output=True, text=True, timeout=TIMEOUT)
+
+
+def report_json(folder):
+    res = earlylog("report", "--json", folder, env={"EARLYLOG_DIR": folder})
+    assert res.stderr == "", res.stderr
+    return json.loads(res.stdout)
+
+
+def by_tag(rep, tag):
+    return [p for p in rep["processes"] if p["tag"] == tag]
+
+
+def start(args, logdir, **env):
+    """A real process in its own session, so the whole tree can be killed at the end."""
+    full = clean_env(EARLYLOG=1, EARLYLOG_DIR=logdir, **STALL)
+    full.update({k: str(v) for k, v in env.items()})
+    return subprocess.Popen([PYTHON] + args, env=full, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+def kill_tree(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=TIMEOUT)
+
+
+def kill_pid(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from support import PYTHON, TIMEOUT, clean_env, log_files, read, script, wait_for
-from test_report import STALL, _free_port, by_tag, kill_pid, kill_tree
+from support import STALL, PYTHON, TIMEOUT, by_tag, clean_env, kill_pid, kill_tree, log_files, read, script, wait_for
+from test_report import _free_port
 
 HOSTS = ("nodeA", "nodeB")
 
@@ -94,6 +94,8 @@ def test_two_hosts_sharing_a_folder_are_one_report_grouped_by_host(tmp_path, log
     assert by_tag(seen_from_b, "serve")[0]["state"] == "idle"  # nodeA's: judged by its log there
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_torchrun_two_nodes_name_the_straggler_rank_and_its_node(tmp_path, logdir):
     pytest.importorskip("torch")
     hosts = ("node0", "node1") if _uts() is None else (None, None)  # else both "nodes" on this host

@@ -3,8 +3,7 @@
 parent stops at the end of a run is `terminated`. Real processes, read back with `earlylog report`."""
 import os
 
-from support import log_files, read, script, wait_for
-from test_report import earlylog, kill_tree, report_json, start
+from support import earlylog, kill_tree, log_files, read, report_json, script, start, wait_for
 
 # Each program, by the tag its log gets, with the state the report must give it.
 PROGRAMS = {

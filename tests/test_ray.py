@@ -7,8 +7,7 @@ import os
 
 import pytest
 
-from support import TIMEOUT, log_files, read, script, wait_for
-from test_report import earlylog, kill_tree, report_json, start
+from support import TIMEOUT, earlylog, kill_tree, log_files, read, report_json, script, start, wait_for
 
 DRIVER = """
     import os, sys, time
@@ -40,6 +39,8 @@ DRIVER = """
     """
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_ray_hung_task_and_actor_are_named_and_daemons_are_not_trouble(tmp_path, logdir):
     pytest.importorskip("ray", reason="ray is not installed here (pip install ray): the Ray recipe is not checked")
     stop = tmp_path / "stop"
@@ -112,6 +113,8 @@ OOM_DRIVER = """
     """
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_ray_worker_killed_by_the_memory_monitor_is_reported_killed(tmp_path, logdir):
     pytest.importorskip("ray", reason="ray is not installed here (pip install ray): the Ray recipe is not checked")
     driver = start([script(tmp_path, OOM_DRIVER, "driver.py"), str(logdir)], logdir, EARLYLOG_STALL=2,

@@ -17,6 +17,13 @@ _EXIT = re.compile(r"status (-?\d+)")
 _OWN_AT = re.compile(r"earlylog \d+(?:\.\d+)+ at (/.*?), Python ")
 # This reader's own package folder; each log's start line names the folder of the copy that wrote it.
 OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# A plain-words line the runtime writes under a thread (`  blocked: ...`, `  held by: ...`): never a frame.
+_NOTE = re.compile(r"^  [a-z][a-z ]*: ")
+_IDENT = re.compile(r"\bident (0x[0-9a-f]+)|^(?:Current thread|Thread) (0x[0-9a-f]+)")
+_REPEATED = re.compile(r"^\[Previous line repeated (\d+) more times?\]$")
+_THREAD_DIED = re.compile(r"^in thread (.+?): (\S.*)$")
+_TIMEOUT = re.compile(r"^Timeout \((\d+):(\d\d):(\d\d(?:\.\d+)?)\)!")
+_STALL_AFTER = re.compile(r"^watchdog: stacks after (\d+(?:\.\d+)?) s of silence")
 _START = re.compile(r"^pid \d+ \(parent (\d+)\) (.*); log (.*) \(via ")
 _GRANDPARENT = re.compile(r"\(via [^;]*\); grandparent (\d+)")
 _PLACE = re.compile(r"; distributed ((?:\w+=\S+ ?)+)$")
@@ -53,9 +60,13 @@ class Proc:
         self.first = self.last = self.activity = None
         self.exit_status = self.exit_time = None
         self.exception = None   # Raised
+        self.repeated = 0       # that traceback's "[Previous line repeated N more times]", summed
+        self.deaths = []        # Died: threads that ended with an exception
+        self.stall_after = None  # the watchdog's stall threshold (EARLYLOG_STALL), from its note
+        self.gil = None         # faulthandler's Timeout: {"time", "seconds", "threads", "over"}
         self.signal = None      # Signalled
         self.crash = None       # {"what", "time", "threads"}
-        self.stall = None       # {"time", "text", "threads", "over"}
+        self.stall = None       # {"time", "text", "threads", "over", "dumped"[, "gil"]}
         self.phases = []        # closed Phases; open ones in self.open
         self.open = []
         self.mem = []           # the first and the newest `mem:` texts
@@ -75,6 +86,8 @@ class Proc:
 
 # The exception that ended a thread (its `exception:` line and frames, innermost first).
 Raised = namedtuple("Raised", "text frames")
+# A thread that ended with an exception (`exception: in thread NAME: ...`): name, what, where, when.
+Died = namedtuple("Died", "thread text frames time")
 # A signal's stack (faulthandler's bare block at SIGTERM): what happened, when, which threads.
 Signalled = namedtuple("Signalled", "text time threads")
 
@@ -106,14 +119,31 @@ class Thread:
 
     @property
     def name(self):
-        words = self.header.split()
-        if self.header.startswith("thread ") and len(words) > 1:
-            return words[1]
-        return "main" if self.header.startswith("Current thread") else self.header
+        if self.header.startswith("thread "):  # `thread NAME (tid ...)`: a name may hold spaces and brackets
+            return self.header[len("thread "):].rpartition(" (tid ")[0] or self.header.split()[-1]
+        if self.header.startswith(("Current thread 0x", "Thread 0x")):  # faulthandler writes no names
+            return "MainThread" if self._module_code() else self.ident
+        return self.header
 
     @property
     def main(self):
-        return "main)" in self.header or self.header.startswith("Current thread")
+        # faulthandler names no thread: the one whose outermost frame is module code is the main one
+        return "main)" in self.header or self.header.startswith("Current thread") or (
+            self.header.startswith("Thread 0x") and self._module_code())
+
+    @property
+    def ident(self):
+        """The thread's ident as written (`0x7f...`), from a dump's or faulthandler's header, or None."""
+        m = _IDENT.search(self.header)
+        return "0x%x" % int(m.group(1) or m.group(2), 16) if m else None
+
+    @property
+    def daemon(self):
+        """True or False from a dump's header; None where it is not written (faulthandler)."""
+        return None if "daemon" not in self.header else "not daemon" not in self.header
+
+    def _module_code(self):
+        return bool(self.frames) and self.frames[-1][2] == "<module>"
 
 
 class Folder:
@@ -315,6 +345,9 @@ def _event(folder, p, kind, when, text):
                 folder.kills.setdefault((p.host, int(m.group(1))), (who, text))
     elif kind == "note" and text.startswith(_TITLE):
         p.title = text[len(_TITLE):].strip() or None
+    elif kind == "note" and text.startswith("watchdog: stacks after "):
+        m = _STALL_AFTER.match(text)
+        p.stall_after = float(m.group(1)) if m else None
     elif kind == "WARNING":
         if text not in p.warnings:
             p.warnings = (p.warnings + [text])[-MAX_KEPT:]
@@ -370,19 +403,55 @@ def _close_block(p):
     if kind == "exception":
         frames = threads[-1].frames if threads else []  # a chained exception's last is the one raised
         p.exception = Raised(text, frames)
+        p.repeated = sum(int(m.group(1)) for m in map(_REPEATED.match, threads[-1].notes if threads else []) if m)
+        died = _THREAD_DIED.match(text)
+        if died:
+            p.deaths = (p.deaths + [Died(died.group(1), died.group(2), frames, when)])[-MAX_KEPT:]
     elif kind == "stall":
-        if text.startswith("over"):
-            if p.stall is not None:
-                p.stall["over"] = when
-        elif not text.startswith("the GIL"):
-            p.stall = {"time": when, "text": text, "threads": threads, "over": None}
-    elif kind in ("dump", "gil"):
-        if threads and p.stall is not None and not p.stall["threads"] and p.stall["over"] is None:
-            p.stall["threads"] = threads
+        _stall(p, when, text)
+    elif kind == "gil":
+        _gil(p, when, text, threads)
+    elif kind == "dump":
+        if threads and p.stall is not None and not p.stall["dumped"] and p.stall["over"] is None:
+            p.stall["threads"], p.stall["dumped"] = threads, True
     elif kind == "fatal":
         p.crash = {"what": text, "time": when, "threads": threads}
     elif kind == "signal":
         p.signal = Signalled(text, when, threads)
+
+
+def _stall(p, when, text):
+    if text.startswith("over"):
+        if p.stall is not None:
+            p.stall["over"] = when
+    elif text.startswith("the GIL"):  # the watchdog ran again: the GIL stall before it is over
+        if p.gil is not None and p.gil["over"] is None:
+            p.gil["over"] = when
+        if p.stall is not None and p.stall.get("gil") and p.stall["over"] is None:
+            p.stall["over"] = when
+    else:
+        # Its dump is written a moment after this line: a report read in between keeps the
+        # stacks of the stall before, rather than none.
+        earlier = p.stall["threads"] if p.stall is not None and p.stall["over"] is None else []
+        p.stall = {"time": when, "text": text, "threads": earlier, "over": None, "dumped": False}
+
+
+def _gil(p, when, text, threads):
+    """faulthandler's `Timeout (H:MM:SS)!` block: the watchdog thread could not run that long
+    because C code held the GIL. With no stall open, it is the stall, and its stacks the only ones."""
+    m = _TIMEOUT.match(text)
+    seconds = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3)) if m else 0.0
+    threads = [t for t in threads if t.frames]  # `<no Python frame>`: a native thread, nothing to show
+    p.gil = {"time": when, "seconds": seconds, "threads": threads, "over": None}
+    if when is not None and seconds:
+        # The timer fired `seconds` after the watchdog's last beat, and that beat came at most a
+        # third of the timeout (at most 5 s) before the last line: the process was there then.
+        p.last = max(p.last, when + seconds - min(seconds / 3.0, 5.0))
+    if p.stall is None or p.stall["over"] is not None:
+        p.stall = {"time": when, "text": "the GIL was held (faulthandler's %s)" % text.rstrip("!"),
+                   "threads": threads, "over": None, "dumped": True, "gil": True}
+    elif not p.stall["dumped"]:
+        p.stall["threads"], p.stall["dumped"] = threads, True
 
 
 def own(p, path):
@@ -406,7 +475,7 @@ def parse_threads(lines):
     threads, cur, last_first = [], None, {}
     for line in lines:
         m = _FRAME.match(line)
-        if m and not line.lstrip().startswith(("thread ", "phase:", "blocked:", "busy:", "task ")):
+        if m and not line.startswith("thread ") and not _NOTE.match(line) and not _TASK.match(line):
             if cur is None:
                 cur = Thread("thread")
                 threads.append(cur)

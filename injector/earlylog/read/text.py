@@ -1,9 +1,10 @@
 """The report as text: the verdict first, then the process tree (grouped by host when the run
-spans hosts, or ran elsewhere), at most 80 columns, colour only when asked. It renders the judged data only; it never reads files or prints."""
+spans hosts, or ran elsewhere), at most 80 columns, colour only when asked. It renders the judged
+data only; it never reads files or prints."""
 import os
 import textwrap
 
-from earlylog.read import verdict
+from earlylog.read import frames, verdict
 
 WIDTH = 80
 _COLOURS = {"stalled": "33", "crashed": "31", "killed": "31", "vanished": "31", "failed": "31",
@@ -67,7 +68,7 @@ def _tree(d, by_key, depth, paint, stacks):
         lines += _wrap(d["summary"], detail, detail)
     for t in (d["stall"] or {}).get("threads", []) if d["state"] in verdict.TROUBLE else []:
         if not t["main"] and not t["name"].startswith("earlylog"):  # the main thread is the summary
-            lines += _wrap("thread %s in %s%s" % (t["name"], verdict.where(verdict.frame_tuple(t["frame"])),
+            lines += _wrap("thread %s in %s%s" % (t["name"], frames.where(frames.frame_tuple(t["frame"])),
                                                   "; " + t["state"] if t["state"] else ""), detail, detail)
     if d["command"] and d["state"] in verdict.TROUBLE:
         lines += _wrap(d["command"], detail, detail)[:2]
@@ -97,6 +98,6 @@ def _stacks(d, indent):
     for t in threads:
         lines.append("%sthread %s%s" % (indent, t["name"], ": " + t["state"] if t["state"] else ""))
         for f in t["frames"]:
-            path = os.path.basename(f["file"]) if verdict.library(f["file"]) else f["file"]
+            path = os.path.basename(f["file"]) if frames.library(f["file"]) else f["file"]
             lines.append("%s  %s:%d in %s" % (indent, path, f["line"], f["function"]))
     return lines

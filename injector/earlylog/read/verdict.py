@@ -8,38 +8,15 @@ import time
 
 from earlylog import __version__
 from earlylog.read import idle, process_causes, thread_causes
-from earlylog.read.frames import library, user_frame
+from earlylog.read.causes import label, secs
+from earlylog.read.frames import call_name, frame_dict, frame_tuple, user_frame, where
 from earlylog.runtime import identity
 
 SCHEMA = 1
 TROUBLE = ("stalled", "crashed", "killed", "vanished", "failed")
 _CRASHES = {"Segmentation fault": "SIGSEGV", "Floating point exception": "SIGFPE", "Aborted": "SIGABRT",
             "Bus error": "SIGBUS", "Illegal instruction": "SIGILL"}
-_WRAPPERS = ("wrapper", "inner", "marked", "decorate_context", "_fn", "__call__")
 _OOM_HOW = "confirm with `dmesg -T | grep -i oom` or `journalctl -k | grep -i oom` on that host"
-
-
-def call_name(frames):
-    """The library call the user's code is inside, e.g. `subprocess.run`, `barrier`; None if none."""
-    u = next((i for i, f in enumerate(frames) if not library(f[0])), None)
-    if u is None:
-        return None  # no user code on the stack (a launcher's own loop): no call of the user's to name
-    for path, _line, func in reversed(frames[:u]):
-        if func.startswith(("_", "<")) or func in _WRAPPERS:
-            continue
-        if "torch/distributed" in path:
-            return func
-        return "%s.%s" % (os.path.basename(path)[:-3] if path.endswith(".py") else os.path.basename(path), func)
-    return None
-
-
-def where(frame):
-    """`func at file.py:12`."""
-    return "%s at %s:%d" % (frame[2], os.path.basename(frame[0]), frame[1]) if frame else "an unknown place"
-
-
-def frame_dict(frame):
-    return {"file": frame[0], "line": frame[1], "function": frame[2]} if frame else None
 
 
 def _alive(pid, first):
@@ -128,7 +105,7 @@ def _process(p, now, here):
         _idle(d, p)
         _stall_summary(d, p, now, local)
     elif d["state"] == "running":
-        d["summary"] = "running, last sign of life %s ago" % _secs(now - (p.last or now))
+        d["summary"] = "running, last sign of life %s ago" % secs(now - (p.last or now))
     if not local:
         _elsewhere(d, p, now)
     return d
@@ -146,7 +123,7 @@ def _idle(d, p):
 def _elsewhere(d, p, now):
     """A process on another host is judged by its lines alone: say how old the newest one is."""
     if d["state"] in ("stalled", "idle", "unknown") and p.last is not None:
-        d["summary"] += "; its last line is %s old" % _secs(max(0.0, now - p.last))
+        d["summary"] += "; its last line is %s old" % secs(max(0.0, now - p.last))
 
 
 def _crashed(d, p):
@@ -185,9 +162,9 @@ def _stall_summary(d, p, now, local):
     main = d["stall"]["main"]
     place = where(frame_tuple(d["where"])) if main else "an unknown place (no stack was written)"
     if d["idle"]:
-        text = "idle for %s: %s, in %s" % (_secs(silent), d["idle"], place)
+        text = "idle for %s: %s, in %s" % (secs(silent), d["idle"], place)
     else:
-        text = "stalled for %s in %s" % (_secs(silent), place)
+        text = "stalled for %s in %s" % (secs(silent), place)
         if d["phase"]:
             text += " (phase %s)" % d["phase"]
         if main and main["state"]:
@@ -198,11 +175,7 @@ def _stall_summary(d, p, now, local):
 
 
 def _span(a, b):
-    return _secs(b - a) if a is not None and b is not None else "an unknown time"
-
-
-def _secs(s):
-    return "%.1f s" % s if s < 10 else "%.0f s" % s
+    return secs(b - a) if a is not None and b is not None else "an unknown time"
 
 
 def judge(folder, now=None):
@@ -303,10 +276,17 @@ def _stopped_at_end(out, by_key):
                                               boss["pid"], boss["title"] or boss["tag"])
 
 
+# A program's own handler of a stop signal (Ray's monitor: `_signal_handler`), by its name.
+_SIGNAL_HANDLER = re.compile(r"sig(?:nal|term|int)?_?handler$|handle_?sig(?:nal|term|int)?$", re.I)
+
+
 def _stuck(d):
-    """Stalled, neither idle nor computing (busy is not stuck: docs/design.md#busy-is-not-stuck)."""
+    """Stalled, neither idle nor computing (busy is not stuck: docs/design.md#busy-is-not-stuck),
+    nor already stopping: a process caught in its own SIGTERM handler when its supervisor killed
+    it was being stopped (Ray's monitor reports its end to a GCS already gone)."""
     main = d["stall"]["main"] if d["stall"] else None
-    return d["stall"] is not None and not d["idle"] and not (main and (main["state"] or "").startswith("busy:"))
+    return d["stall"] is not None and not d["idle"] and not (main and (main["state"] or "").startswith("busy:")) \
+        and not (main and any(_SIGNAL_HANDLER.search(f["function"]) for f in main["frames"]))
 
 
 def _memory_pressure(d, out):
@@ -321,7 +301,7 @@ def _waited_on(out):
     for d in out:
         if waiting and d["state"] == "idle" and d["rank"] is not None:
             d["summary"] = "stalled for %s in %s (%s, while other ranks wait for it)" % (
-                _secs(d["stall"]["seconds"]), where(frame_tuple(d["where"])), d["idle"])
+                secs(d["stall"]["seconds"]), where(frame_tuple(d["where"])), d["idle"])
             d["state"], d["idle"] = "stalled", None
 
 
@@ -343,12 +323,6 @@ def _causes(report, folder):
     return found
 
 
-def _label(d):
-    """`rank 3`, or `pid 4242 (ray::hang_forever)`: a process's title names it better than its tag."""
-    return "rank %d" % d["rank"] if d["tag"] and d["tag"].startswith("rank") and d["rank"] is not None \
-        else "pid %d (%s)" % (d["pid"], d["title"] or d["tag"])
-
-
 def _verdict(out, by_key, causes):
     """The short story, most important first: a headline, the causes with their next steps, then
     one line per process in trouble that no cause explains."""
@@ -358,15 +332,17 @@ def _verdict(out, by_key, causes):
     lines = [_headline(out, troubled)]
     lines += ["%s; next: %s" % (c["text"], c["next"]) if c["next"] else c["text"] for c in causes]
     explained, stragglers = set(), set()
+    # A run stopped as a whole is one cause, not one "likely SIGKILL" guess per process.
+    stopped = {pid for c in causes if c["kind"] == "run-stopped" for pid in c["pids"]}
     lines += _ranks(out, explained, stragglers)
     lines += _parents(out, by_key, explained, stragglers)
     for d in troubled:
         if id(d) not in explained:
-            lines.append("%s %s" % (_label(d), d["summary"]))
+            lines.append("%s %s" % (label(d), d["summary"]))
             explained.add(id(d))
-        if d["state"] == "vanished":
+        if d["state"] == "vanished" and d["pid"] not in stopped:
             lines.append(_vanished_cause(d, out))
-    lines += ["warning in %s: %s" % (_label(d), w) for d in troubled for w in d["warnings"][:2]][:3]
+    lines += ["warning in %s: %s" % (label(d), w) for d in troubled for w in d["warnings"][:2]][:3]
     lines += _other_hosts(out)
     return lines
 
@@ -440,10 +416,6 @@ def _ranks(out, explained, stragglers):
     return ["; ".join(parts)] if parts else []
 
 
-def frame_tuple(frame):
-    return (frame["file"], frame["line"], frame["function"]) if frame else None
-
-
 def _parents(out, by_key, explained, stragglers):
     """A stalled parent whose child is in trouble waits for that child: say so, name the child."""
     lines = []
@@ -469,6 +441,6 @@ def _vanished_cause(d, out):
     rose = mem.get("oom_kill_rose") or any((o["memory"] or {}).get("oom_kill_rose") for o in out)
     if rose or mem.get("near_limit"):
         why = "the cgroup's oom_kill count rose" if rose else "memory was at %s" % mem["last"]
-        return "likely cause for %s: the kernel's OOM killer (%s); %s" % (_label(d), why, _OOM_HOW)
+        return "likely cause for %s: the kernel's OOM killer (%s); %s" % (label(d), why, _OOM_HOW)
     return ("likely cause for %s: killed by SIGKILL (kill -9, a job scheduler or the OOM killer; its last "
-            "memory breadcrumbs show no pressure); %s" % (_label(d), _OOM_HOW))
+            "memory breadcrumbs show no pressure); %s" % (label(d), _OOM_HOW))
