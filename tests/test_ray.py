@@ -1,10 +1,7 @@
 """Ray, as the README's recipe says: a real local cluster started and stopped by the driver, every
 worker logging through `runtime_env`; a hung task and a hung actor method are named by the title Ray
-gives their worker, while Ray's own daemons and idle workers are idle, and stopped, not trouble.
-Ray is not in requirements-test.txt (a large install, and a slow cluster start on two cores): the
-test runs where `pip install ray` was done, and is skipped elsewhere."""
-import os
-
+gives their worker, while Ray's own daemons and idle workers are idle, and stopped, not trouble;
+a worker Ray's memory monitor kills is killed, by whom. Skipped where ray is not installed."""
 import pytest
 
 from support import TIMEOUT, earlylog, kill_tree, log_files, read, report_json, script, start, wait_for

@@ -31,8 +31,8 @@ _TITLE = "process title: "
 _TASK = re.compile(r"^    task \S+: ")  # a pending asyncio task's await chain, under its thread
 # A supervisor's own words, in a process's output, that it killed another process by pid: who killed,
 # and the pattern (one group: the pid). Ray's memory monitor names the worker it killed in the
-# OutOfMemoryError its driver gets ("Selected to kill: (Task: ..., pid=N, ...)"; before Ray 2.40
-# "where the task (task ID: ..., pid=N, ...) was running").
+# OutOfMemoryError its driver gets ("Selected to kill: (Task: ..., pid=N, ...)" in Ray 2.60; older
+# releases wrote "where the task (task ID: ..., name=..., pid=N, ...) was running").
 KILLERS = (("Ray's memory monitor", re.compile(r"(?:Selected to kill: |where the task )\(.*?\bpid=(\d+)")),)
 _NAME = re.compile(r"^\d{8}-\d{6}-(.+)$")
 
