@@ -7,7 +7,8 @@ import subprocess
 
 import pytest
 
-from support import STALL, PYTHON, TIMEOUT, by_tag, clean_env, kill_pid, kill_tree, log_files, read, script, wait_for
+from support import (STALL, PYTHON, TIMEOUT, by_tag, clean_env, earlylog, kill_pid, kill_tree, log_files, read,
+                     report_json, run_python, script, wait_for)
 from test_report import _free_port
 
 HOSTS = ("nodeA", "nodeB")
@@ -140,3 +141,17 @@ def test_torchrun_two_nodes_name_the_straggler_rank_and_its_node(tmp_path, logdi
     assert "%d rank1 (rank 1, local 0, node %d) stalled" % (rank1["pid"], rank1["node_rank"]) in text
     if hosts[0]:
         assert sorted(rep["hosts"]) == list(hosts) and rank0["host"] != rank1["host"]
+
+
+def test_slurm_and_srun_torchrun_tasks_carry_rank_local_rank_node_and_job(tmp_path, logdir):
+    task = script(tmp_path, "print('step done')\n", "train.py")
+    slurm = {"SLURM_JOB_ID": "4711", "SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_NODEID": "2",
+             "SLURM_NTASKS": "8"}
+    run_python([task], logdir=logdir, env=slurm)  # `srun python train.py`: Slurm's names
+    # `srun torchrun ...`: SLURM_PROCID is the agent's task; torchrun's own names win in its ranks
+    run_python([task], logdir=logdir, env=dict(slurm, RANK="11", LOCAL_RANK="3", GROUP_RANK="1", WORLD_SIZE="16"))
+    rep = report_json(logdir)
+    places = sorted((p["rank"], p["local_rank"], p["node_rank"], p["world_size"], p["job"]) for p in rep["processes"])
+    assert places == [(5, 1, 2, 8, "4711"), (11, 3, 1, 16, "4711")]
+    text = earlylog("report", logdir).stdout
+    assert "train.r5 (rank 5, local 1, node 2, job 4711) exited 0" in text

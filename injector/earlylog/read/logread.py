@@ -317,7 +317,8 @@ def _event(folder, p, kind, when, text):
         p.grandparent = int(grandparent.group(1)) if grandparent else None
         place = _PLACE.search(text)
         if place:
-            p.place = {k: int(v) if v.isdigit() else v for k, _, v in (w.partition("=") for w in place.group(1).split())}
+            p.place = {k: int(v) if v.isdigit() and k != "job" else v  # a job id is a name: `4711`, `4711_3`
+                       for k, _, v in (w.partition("=") for w in place.group(1).split())}
         own = _OWN_AT.search(text)
         if own:
             p.own = own.group(1)
