@@ -43,9 +43,12 @@ def reason(threads):
     """`waiting for work in serve_forever` when every thread that matters is parked waiting for
     work, else None. The threads that matter: those running the user's code, and the main thread;
     a library's own helper threads (a watcher, a GC thread) wait for their events whatever the
-    program does. One busy Python thread, or one inside a phase, and the process is not idle (CPU
-    used by native threads alone, such as Ray's gRPC threads, does not count)."""
-    if any(n.startswith(("busy:", "phase:")) for t in threads for n in t.notes):
+    program does. One busy Python thread (but a library's own run loop, working between rounds), or
+    one inside a phase, and the process is not idle (CPU used by native threads alone, such as Ray's
+    gRPC threads, does not count)."""
+    if any(n.startswith("phase:") for t in threads for n in t.notes):
+        return None
+    if any(_busy(t) and not _library_loop(t) for t in threads):
         return None
     mains = [t for t in threads if t.main]
     deciders = [t for t in threads if (t.main and not _exiting(t)) or any(not library(f[0]) for f in t.frames)]
@@ -80,11 +83,23 @@ def _thread(t):
                 return words
     kernel = " ".join(n for n in t.notes if n.startswith("blocked:"))
     path, _line, func = frames[0]
-    if "time.sleep" in kernel and (not library(path) or _RUN_LOOP.search(func)):
+    if "time.sleep" in kernel and (not library(path) or _library_loop(t)):
         return "sleeping in %s (a loop that waits between rounds)" % func
+    if _busy(t) and _library_loop(t):
+        return "working in %s between rounds (a library's own run loop)" % func
     if "select/poll" in kernel and _in_event_loop(frames):
         return _loop_tasks(t)
     return None
+
+
+def _busy(t):
+    return any(n.startswith("busy:") for n in t.notes)
+
+
+def _library_loop(t):
+    """A library's own run loop (no frame of the user's), itself the innermost frame: between two
+    rounds it sleeps or does its own work, such as Ray's log monitor reading log files."""
+    return bool(t.frames) and _RUN_LOOP.search(t.frames[0][2]) is not None and all(library(f[0]) for f in t.frames)
 
 
 def _in_task(frames):
