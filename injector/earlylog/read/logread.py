@@ -58,6 +58,7 @@ class Proc:
         self.open = []
         self.mem = []           # the first and the newest `mem:` texts
         self.warnings = []
+        self.output = None      # the last line the program printed: (time, text), from `out:`/`err:`
         self.block = None       # the Block whose `| ` lines are being read
 
     @property
@@ -289,7 +290,9 @@ def _line(folder, path, state, line):
 
 
 def _event(folder, p, kind, when, text):
-    if kind == "start":
+    if kind in ("out", "err"):
+        p.output = (when, text)
+    elif kind == "start":
         m = _START.match(text)
         if m:
             p.ppid, p.argv = int(m.group(1)), m.group(2)
