@@ -29,7 +29,7 @@ def find(report, folder):
     """The process-level causes of the stalled processes, the most basic kinds first; a parent and
     child pair is told once (a pipe deadlock is not also a parent waiting on its child)."""
     procs = {(d["host"], d["pid"]): d for d in report["processes"]}
-    stuck = [d for d in report["processes"] if d["stall"] is not None and d["state"] in ("stalled", "unknown")]
+    stuck = [d for d in report["processes"] if d["stall"] is not None and d["state"] == "stalled"]
     found, told = [], set()
     for finder in (_stdin, _pipe_deadlock, _pool, _network, _full_stream, _child_wait):
         for d in stuck:

@@ -40,10 +40,9 @@ def lines(tid, ident, frame):
     """The `child:`, `pipe:`, `stdin:` and `socket:` lines for one thread (kernel tid, Python
     ident, innermost frame), each indented as the dump's notes are."""
     try:
-        call = kstate.syscall(tid)
-        if call is None:
-            return []
-        name, _number, args = call
+        # A timed wait (Popen.wait(timeout=...)) runs Python between its short sleeps: it may be
+        # caught outside any system call, and still names its child through its frames.
+        name, _number, args = kstate.syscall(tid) or (None, None, None)
         out = ["  child: " + child(pid) for pid in _waited(name, args, frame)]
         if name in ("read", "write", "connect"):
             out += _fd_lines(name, args[0], ident)
@@ -279,7 +278,7 @@ def _polled_sockets(frame):
         if f.f_code.co_name in ("select", "poll", "run_forever", "_run_once"):
             return []
         for value in list(_locals(f).values()):
-            if type(value) is mod.SocketIO:
+            if type(value) is getattr(mod, "SocketIO", None):
                 value = vars(value).get("_sock")
             if type(value) in kinds:
                 fd = _socket.socket.fileno(value)  # the C method itself: no Python code of anyone's runs
