@@ -245,13 +245,23 @@ def _network(seen, told):
             next_step = "check why the peer at %s stopped reading, and give the call a timeout: %s" % (peer, timeout)
         elif state == "ESTABLISHED":
             text = "%s, in %s, has been waiting for a reply from %s for %s (connected; %s)" % (
-                seen.who, seen.at, peer, silent, detail)
+                seen.who, seen.at, peer, silent, _queues(detail))
             next_step = ("check what the server at %s is doing (is it alive, did it get the whole request?), and "
                          "give the call a timeout so a silent peer becomes an error: %s" % (peer, timeout))
         else:
             continue
         return seen.cause("network", text, next_step, [seen.d["pid"]])
     return None
+
+
+def _queues(detail):
+    """`0 bytes received unread, 0 unsent` in words a reader can act on."""
+    m = re.match(r"(\d+) bytes received unread, (\d+) unsent", detail)
+    if m is None:
+        return detail
+    unread, unsent = int(m.group(1)), int(m.group(2))
+    sent = "everything it sent was acknowledged" if not unsent else "%d bytes it sent are not acknowledged" % unsent
+    return "%s, and %s" % (sent, "nothing has come back" if not unread else "%d bytes wait unread" % unread)
 
 
 def _full_stream(seen, told):
