@@ -1,11 +1,10 @@
 """Issue 6, `earlylog report`: real runs (a clean pool, a stuck child, a SIGKILL, a segfault, a
-torchrun rendezvous hang) are read back and the verdict lines, the JSON and the HTML page checked."""
+torchrun rendezvous hang) are read back and the verdict lines and the JSON checked (the HTML page
+has its own tests in test_html.py)."""
 import json
 import os
 import shutil
 import socket
-import subprocess
-import tempfile
 
 import pytest
 
@@ -102,7 +101,7 @@ def test_sigkilled_process_vanished_and_the_report_says_how_to_confirm(tmp_path,
 
 
 @pytest.mark.slow
-def test_segfault_names_the_crashing_function_and_the_page_renders(tmp_path, logdir):
+def test_segfault_names_the_crashing_function(tmp_path, logdir):
     res = run_python([script(tmp_path, """
         import faulthandler, subprocess, sys
         def crash_here():
@@ -120,24 +119,6 @@ def test_segfault_names_the_crashing_function_and_the_page_renders(tmp_path, log
     assert "crashed: Segmentation fault (SIGSEGV) in crash_here at crash.py:4" in " ".join(rep["verdict"])
     text = earlylog("report", "--stacks", logdir).stdout
     assert "crash.py:4 in crash_here" in text
-
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.skip("chromium is not installed (.ci/run installs Debian's chromium package)")
-    page = tmp_path / "report.html"
-    out = earlylog("report", "--html", page, logdir)
-    assert out.returncode == 1 and "wrote %s" % page in out.stdout
-    assert "http://" not in page.read_text() and "https://" not in page.read_text()  # no network
-    with tempfile.TemporaryDirectory() as profile:
-        dom = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                              "--disable-component-update", "--disable-sync", "--no-first-run",
-                              "--user-data-dir=" + profile, "--dump-dom", page.as_uri()],
-                             capture_output=True, text=True, timeout=TIMEOUT).stdout
-    # The lanes exist only if the page's own script ran over its embedded data.
-    assert dom.count('class="lane ') == 2
-    assert 'data-pid="%d" data-state="crashed"' % child["pid"] in dom
-    assert ">%d crash crashed<" % child["pid"] in dom and 'class="mark crashed"' in dom
-    assert 'data-state="failed"' in dom and "in trouble" in dom
 
 
 def _free_port():

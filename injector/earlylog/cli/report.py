@@ -15,7 +15,9 @@ def add_parser(sub):
     p.add_argument("folder", nargs="?", help="a log folder (default: the newest run under %s)" % sinks.default_base())
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="the report as JSON (schema in docs/json-schema.md)")
-    out.add_argument("--html", metavar="FILE", help="write a self-contained timeline page to FILE")
+    out.add_argument("--html", metavar="FILE", help="write the incident page to FILE: verdict and causes first, "
+                     "a timeline lane per process (click one for its stacks and warnings); one file, "
+                     "opens offline in any browser")
     p.add_argument("--stacks", action="store_true", help="also print the stacks of stuck and crashed threads")
     p.set_defaults(func=main)
 

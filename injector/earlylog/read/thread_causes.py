@@ -76,7 +76,7 @@ class _Thread:
     def now(self):
         """`is now in f at x.py:3 (sleeping)`, or what it waits for."""
         if self.wait:
-            return "itself waits for %s %s in %s" % (self.wait["kind"], _name(self.wait), self.where())
+            return "itself waits for %s in %s" % (_what(self.wait), self.where())
         return "is now in %s%s" % (self.where(), " (%s)" % self.doing() if self.doing() else "")
 
 
@@ -144,9 +144,10 @@ def _deadlock(d, cycle):
 
 def _lock(d, t, by_ident):
     """A thread waiting for a lock (not in a cycle): who holds it, and what that thread does."""
-    head = "%s: thread %s waits for %s %s in %s" % (label(d), t.name, t.wait["kind"], _name(t.wait), t.where())
+    head = "%s: thread %s waits for %s in %s" % (label(d), t.name, _what(t.wait), t.where())
     holder, facts = _holder(t, by_ident)
-    name, expr = _name(t.wait), t.wait["name"]
+    name = _name(t.wait)
+    expr = t.wait["name"] if t.wait["name"] != "?" else "lock"  # for code in the next step
     if facts and facts["self"]:
         return [Cause("lock", "%s, which it already holds (%s): a threading.Lock cannot be taken twice by one "
                               "thread, so it waits forever" % (head, _how(facts)),
@@ -239,11 +240,10 @@ def _deaths(d, p, threads):
 
 
 def _waiting_on(wait):
-    name = _name(wait)
-    return {"queue": ("room in queue %s" if wait["detail"] == "put" else "an item from queue %s") % name,
-            "event": "event %s" % name, "condition": "a notify on condition %s" % name,
-            "future": "the result of future %s" % name, "barrier": "the other parties at barrier %s" % name,
-            }.get(wait["kind"], "%s %s" % (wait["kind"], name))
+    what = _what(wait)
+    return {"queue": ("room in %s" if wait["detail"] == "put" else "an item from %s") % what,
+            "condition": "a notify on %s" % what, "future": "the result of %s" % what,
+            "barrier": "the other parties at %s" % what}.get(wait["kind"], what)
 
 
 # --- C code holding the GIL ------------------------------------------------------------------
@@ -352,7 +352,13 @@ def _run_stopped(report, folder):
 # --- words -----------------------------------------------------------------------------------
 
 def _name(wait):
+    """`cache_lock` as the code names it, or `an unnamed lock`."""
     return "`%s`" % wait["name"] if wait["name"] != "?" else "an unnamed %s" % wait["kind"]
+
+
+def _what(wait):
+    """`lock `cache_lock``, or `an unnamed lock`."""
+    return "%s `%s`" % (wait["kind"], wait["name"]) if wait["name"] != "?" else "an unnamed %s" % wait["kind"]
 
 
 def _how(facts, func=True):

@@ -6,20 +6,23 @@ no `release()` since). The lines, parsed by the reader (read/thread_causes.py):
   waits for: KIND NAME (TYPE at 0xADDR[, DETAIL])   KIND: lock, semaphore, condition, event,
       queue, barrier, future; NAME `?` when unknown; DETAIL for a queue `get` or `put`, for a
       semaphore `N free`, for a barrier `N of M arrived`
-  held by: WHO[; with block at FILE:LINE in FUNC][; acquire() at FILE:LINE in FUNC, not released since]
+  held by: WHO[; with block at FILE:LINE in FUNC | ; acquire() at FILE:LINE in FUNC, not released since]
       WHO: thread NAME (ident 0xID) | this thread itself | an unknown thread
            | a thread no longer running (ident 0xID)
   joins: thread NAME (ident 0xID)
 It runs in the watchdog thread at dump time only. It must never run the program's code: objects
 are told apart by exact type and identity, and values read from frame, instance and class dicts,
 never through getattr, __repr__, __eq__, properties or __getattr__ (the one repr taken is the C
-RLock's own). It never blocks and never raises; what cannot be known is left out."""
+RLock's own). It never blocks and never raises; what cannot be known is left out. Its cost
+falls on dumps only: nothing is imported before the first one, which imports ast and linecache
+and parses the functions on the stacks; what the sources say is kept for the next dumps."""
 import _thread
 import sys
 
 MAX_FRAMES = 40       # frames looked at per thread, as in the dump itself
-MAX_SOURCE = 2000000  # characters: a larger source file is not parsed
-MAX_FILES = 64        # parsed source files kept between dumps
+MAX_SOURCE = 2000000  # characters: a larger file is parsed a function at a time only
+MAX_FILES = 64        # source files whose findings are kept between dumps
+MAX_EXPRS = 512       # expression texts whose syntax trees are kept between dumps
 MAX_HOLDERS = 5       # `held by:` lines for one semaphore
 
 _LOCK = type(_thread.allocate_lock())
@@ -47,7 +50,8 @@ _KNOWN = (("threading.BoundedSemaphore", "threading", "BoundedSemaphore"),
           ("queue.PriorityQueue", "queue", "PriorityQueue"), ("queue.LifoQueue", "queue", "LifoQueue"),
           ("queue.Queue", "queue", "Queue"), ("queue.SimpleQueue", "queue", "SimpleQueue"),
           ("concurrent.futures.Future", "concurrent.futures._base", "Future"))
-_files = {}  # filename -> _Source, or None when it cannot be read or parsed
+_files = {}  # (filename, function's first line or 0) -> _Source, or None when it cannot be parsed
+_exprs = {}  # expression source text -> (syntax tree, one-line text, names)
 _memo = [None, None]  # the last dump's stacks (as ids) and what each thread holds
 
 
@@ -61,6 +65,7 @@ def notes(ident, frame, frames, threads):
         kind, obj, name, call = found
         if kind == "join":
             return _join_lines(obj)
+        name = name if name is None or len(name) <= 80 else name[:77] + "..."
         out = ["  waits for: %s %s (%s%s)" % (kind, name or "?", _label(obj), ", " + call if kind == "queue" else "")]
         if kind in ("lock", "semaphore"):
             out += _holder_lines(ident, obj, frames, threads)
@@ -90,10 +95,10 @@ def _waited(frame):
         return None  # its own locks (a finished program waiting in _shutdown): the reader tells those
     # No stdlib frame: blocked in C, in a lock's acquire() (`with lock:` too) or SimpleQueue.get().
     waits = []
-    for expr, attr in _calls_at(frame):
+    for expr, attr, text in _calls_at(frame):
         found, value = _resolve(expr, frame)
         if found and _c_wait(value, attr):
-            waits.append(("queue" if _is_simple_queue(value) else "lock", value, _text(expr), attr))
+            waits.append(("queue" if _is_simple_queue(value) else "lock", value, text, attr))
     # `with a, b:` before 3.13 cannot tell its items apart: the ones entered first are held
     # (locked) by this very thread, so the last locked one is the one it waits for.
     return waits[-1] if waits else None
@@ -222,9 +227,11 @@ def _holdings(frames):
     """{thread ident: ([(text, ids of what it holds)], ids of locks it gave back in a
     Condition.wait)}, worked out once per dump: a dump of N threads waiting on one lock reads
     each stack once, not N times. Only ids and text are kept, never the program's objects."""
-    signature = tuple((tid, id(top), top.f_lasti) for tid, top in frames.items())
+    me = _thread.get_ident()  # the dumping thread holds none of the program's locks
+    signature = tuple((tid, id(top), top.f_lasti) for tid, top in frames.items() if tid != me)
     if _memo[0] != signature:
-        _memo[:] = [signature, {tid: (_held_in(top), _released_in_wait(top)) for tid, top in frames.items()}]
+        _memo[:] = [signature, {tid: (_held_in(top), _released_in_wait(top)) for tid, top in frames.items()
+                                if tid != me}]
     return _memo[1]
 
 
@@ -248,7 +255,7 @@ def _held_in(frame):
     depth = 0
     while frame is not None and depth < MAX_FRAMES:
         for how, expr, line in _held_at(frame):
-            found, value = _resolve(expr, frame)
+            found, value = _resolve(expr[0], frame) if expr else (False, None)
             if found:
                 ids = {id(value)} | ({id(_field(value, "_lock"))} if _is_condition(value) else set())
                 out.append((_where_text(how, frame, line), ids))
@@ -267,17 +274,22 @@ def _where_text(how, frame, line):
 # --- source: the expressions at a line, and the blocks open around it ------------------------
 
 class _Source:
-    """One parsed file: the call receivers and `with` items at each line (with the columns of
-    their call or statement), and per function (keyed as code objects are: co_firstlineno, 0
-    for module code) the `with` blocks and the `X.acquire()` statements."""
+    """Where the calls, `with` items and `X.acquire()` statements of one function (or module) are,
+    as line and column numbers only (never its syntax tree, which would hold megabytes in the host
+    for as long as it runs; the text comes from the source lines when a line is asked about).
+    Functions are keyed as code objects are: co_firstlineno, 0 for module code."""
 
-    def __init__(self, ast, tree):
-        self.ast = ast
-        self.calls = {}     # line -> [(expr, attr or "with", (line, col) where its instruction starts)]
-        self.blocks = {}    # key -> [(first body line, last line, `with` line, [exprs])]
-        self.acquires = {}  # key -> [(line, expr, [the statements it holds X for])]
+    def __init__(self, ast, tree, shift=0):
+        self.ast, self.shift = ast, shift  # shift: columns the parsed text was dedented by
+        self.calls = {}     # line -> [(expr span, attr or "with", site span)]
+        self.blocks = {}    # key -> [(first body line, last line, `with` line, [expr spans])]
+        self.acquires = {}  # key -> [(line, expr span, [(first, last) of statements it holds X for], [its release lines])]
         self._statements(tree, 0)
         self._walk(tree, 0)
+        del self.ast
+
+    def _span(self, node):
+        return node.lineno, node.col_offset + self.shift, node.end_lineno, node.end_col_offset + self.shift
 
     def _walk(self, node, key):
         ast = self.ast
@@ -288,15 +300,17 @@ class _Source:
             elif isinstance(child, ast.Lambda):
                 inner = child.lineno
             if isinstance(child, ast.With) and child.body:
-                exprs = [item.context_expr for item in child.items]
+                exprs = [self._span(item.context_expr) for item in child.items]
                 self.blocks.setdefault(key, []).append((child.body[0].lineno, child.end_lineno, child.lineno, exprs))
                 for expr in exprs:
-                    for line in {child.lineno, expr.lineno}:
-                        self.calls.setdefault(line, []).append((expr, "with", child))
+                    for line in {child.lineno, expr[0]}:
+                        self.calls.setdefault(line, []).append((expr, "with", self._span(child)))
             elif isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute):
                 for line in {child.lineno, child.func.end_lineno}:
-                    self.calls.setdefault(line, []).append((child.func.value, child.func.attr, child))
-            self._statements(child, inner)
+                    self.calls.setdefault(line, []).append((self._span(child.func.value), child.func.attr,
+                                                            self._span(child)))
+            if isinstance(child, ast.stmt):
+                self._statements(child, inner)
             self._walk(child, inner)
 
     def _statements(self, node, key):
@@ -310,36 +324,47 @@ class _Source:
             for i, stmt in enumerate(body):
                 call = stmt.value if isinstance(stmt, ast.Expr) else None
                 if _is_acquire(ast, call) and not call.args and not call.keywords:
-                    self.acquires.setdefault(key, []).append((stmt.lineno, call.func.value, body[i + 1:]))
+                    self._acquire(key, stmt.lineno, call.func.value, body[i + 1:])
                 elif isinstance(stmt, ast.If) and _is_acquire(ast, stmt.test):
-                    self.acquires.setdefault(key, []).append((stmt.lineno, stmt.test.func.value, stmt.body))
+                    self._acquire(key, stmt.lineno, stmt.test.func.value, stmt.body)
 
-    def held(self, key, line):
-        """[(how, expr, line it was taken at)] for what function `key` holds at `line`."""
-        out = []
-        for first, last, header, exprs in self.blocks.get(key, ()):
-            if first <= line <= last and line != header:  # a thread on the `with` line is entering it
-                out += [("with", e, header) for e in exprs]
-        for taken, expr, after in self.acquires.get(key, ()):
-            span = [s for s in after if s.lineno <= line]
-            if span and line <= span[-1].end_lineno and not self._released(expr, span, line):
-                out.append(("acquire", expr, taken))
-        return out
-
-    def _released(self, expr, statements, line):
-        """Is there an `X.release()` in these statements before `line` (nested functions aside)?"""
+    def _acquire(self, key, line, expr, after):
         ast = self.ast
         name = ast.dump(expr)
-        todo = list(statements)
-        while todo:
+        releases, todo = [], list(after)
+        while todo:  # `X.release()` calls in what follows, nested functions aside
             node = todo.pop()
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
                 continue
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                    node.func.attr == "release" and node.lineno < line and ast.dump(node.func.value) == name:
-                return True
+                    node.func.attr == "release" and ast.dump(node.func.value) == name:
+                releases.append(node.lineno)
             todo.extend(ast.iter_child_nodes(node))
-        return False
+        spans = [(s.lineno, s.end_lineno) for s in after]
+        self.acquires.setdefault(key, []).append((line, self._span(expr), spans, releases))
+
+    def held(self, key, line):
+        """[(how, expression span, line it was taken at)] for what function `key` holds at `line`."""
+        out = []
+        for first, last, header, exprs in self.blocks.get(key, ()):
+            if first <= line <= last and line != header:  # a thread on the `with` line is entering it
+                out += [("with", e, header) for e in exprs]
+        for taken, expr, spans, releases in self.acquires.get(key, ()):
+            started = [span for span in spans if span[0] <= line]
+            if started and line <= started[-1][1] and not any(started[0][0] <= r < line for r in releases):
+                out.append(("acquire", expr, taken))
+        return out
+
+
+def _segment(lines, span):
+    """The source text of a span; columns count UTF-8 bytes, as the compiler's do."""
+    first, col, last, end = span
+    if not 0 < first <= last <= len(lines):
+        return None
+    if first == last:
+        return lines[first - 1].encode("utf-8")[col:end].decode("utf-8", "replace")
+    parts = [lines[first - 1].encode("utf-8")[col:]] + [line.encode("utf-8") for line in lines[first:last - 1]]
+    return b"".join(parts + [lines[last - 1].encode("utf-8")[:end]]).decode("utf-8", "replace")
 
 
 def _is_acquire(ast, call):
@@ -347,39 +372,105 @@ def _is_acquire(ast, call):
 
 
 def _source(frame):
-    """The parsed source of a frame's file, or None (no source, too large, or it does not parse)."""
-    path = frame.f_code.co_filename
-    if path in _files:
-        return _files[path]
+    """What the source of the function a frame runs says (module code: its whole file), or None
+    (no source, too large, or it does not parse). Read from the file itself (linecache without
+    the module's loader: no import hook runs). Only the function is parsed where it can be cut
+    out by its indentation, so a large file costs what one of its functions costs."""
+    code = frame.f_code
+    key = (code.co_filename, 0 if code.co_name == "<module>" else code.co_firstlineno)
+    if key in _files:
+        return _files[key]
     src = None
     try:
         import ast
         import linecache
-        text = "".join(linecache.getlines(path, frame.f_globals))
-        if text and len(text) <= MAX_SOURCE:
-            src = _Source(ast, ast.parse(text))
-    except Exception:  # SyntaxError, a file changed under us, a loader's odd source
+        lines = linecache.getlines(code.co_filename)
+        if key[1]:
+            src = _parse(ast, _function_lines(lines, key[1]), key[1] - 1)
+        if src is None and sum(len(line) for line in lines) <= MAX_SOURCE:
+            src = _parse(ast, lines, 0)
+    except Exception:  # a file changed under us, an odd encoding: nothing to add
         src = None
     if len(_files) >= MAX_FILES:
         _files.clear()
-    _files[path] = src
+    _files[key] = src
     return src
 
 
+def _function_lines(lines, first):
+    """The lines of the function (or class) starting at line `first` (its decorator or `def`),
+    or [] when its end cannot be told by indentation alone."""
+    head = lines[first - 1] if 0 < first <= len(lines) else ""
+    indent = head[:len(head) - len(head.lstrip(" \t"))]
+    out, i, body = [head], first, False
+    while i < len(lines):
+        line, text = lines[i], lines[i].strip()
+        deeper = line.startswith(indent) and len(line) - len(line.lstrip(" \t")) > len(indent)
+        if text and not text.startswith("#") and not deeper:
+            if body or not (text.startswith(("@", "def ", "async def ", "class ", ")", "]")) or
+                            not out[-1].rstrip().endswith(":")):
+                break
+        body = body or (deeper and out[-1].rstrip().endswith(":"))
+        out.append(line)
+        i += 1
+    return out if body else []
+
+
+def _parse(ast, lines, offset):
+    """_Source of these lines, which start at line offset + 1 and share their first line's
+    indentation (dropped for the parse, added back to every column); None if they do not parse."""
+    if not lines:
+        return None
+    indent = lines[0][:len(lines[0]) - len(lines[0].lstrip(" \t"))] if offset else ""
+    if any(line.strip() and not line.startswith(indent) for line in lines):
+        return None
+    try:
+        tree = ast.parse("".join(line[len(indent):] if line.strip() else "\n" for line in lines))
+    except (SyntaxError, ValueError):
+        return None
+    if offset:
+        ast.increment_lineno(tree, offset)
+    return _Source(ast, tree, len(indent))
+
+
+def _expr(lines, span):
+    """(syntax tree, one-line text, names used) of the expression at a span, or None. Kept for the
+    next dumps by its source text."""
+    text = _segment(lines, span)
+    if text is None:
+        return None
+    found = _exprs.get(text)
+    if found is None:
+        import ast
+        if len(_exprs) >= MAX_EXPRS:
+            _exprs.clear()
+        try:
+            node = ast.parse("(%s)" % text, mode="eval").body
+        except (SyntaxError, ValueError):  # the file changed since it was read
+            return None
+        names = frozenset(n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node)
+                          if isinstance(n, (ast.Name, ast.Attribute)))
+        found = _exprs[text] = (node, ast.unparse(node), names)
+    return found
+
+
 def _calls_at(frame):
-    """(expression, attr) of the call or `with` the frame is executing: the candidates at its
-    line whose names the code object knows (a changed source file gives none) and, where the
-    interpreter tells, whose columns are the current instruction's."""
+    """(expression, attr, its text) of the call or `with` the frame is executing: the candidates
+    at its line whose names the code object knows (a changed source file gives none) and, where
+    the interpreter tells, whose columns are the current instruction's."""
     src = _source(frame)
     if src is None:
         return []
+    import linecache
     code = frame.f_code
+    lines = linecache.getlines(code.co_filename)
     known = set(code.co_names) | set(code.co_varnames) | set(code.co_cellvars) | set(code.co_freevars)
     here = _instruction(frame)
     out = []
-    for expr, attr, site in src.calls.get(frame.f_lineno, ()):
-        if _names(src.ast, expr) <= known and _at(here, expr, attr, site):
-            out.append((expr, attr))
+    for span, attr, site in src.calls.get(frame.f_lineno, ()):
+        found = _expr(lines, span) if _at(here, span, attr, site) else None
+        if found is not None and found[2] <= known:
+            out.append((found[0], attr, found[1]))
     return out
 
 
@@ -396,7 +487,7 @@ def _instruction(frame):
         return None
 
 
-def _at(here, expr, attr, site):
+def _at(here, span, attr, site):
     """Is the instruction `here` the call or `with` entry of this candidate?"""
     if here is None:
         return True
@@ -406,44 +497,33 @@ def _at(here, expr, attr, site):
         return True
     start, end = (here[0], here[2]), (here[1], here[3])
     if attr == "with":  # 3.11-3.12: the whole statement; 3.13+: the item
-        return start == (site.lineno, site.col_offset) or \
-            (expr.lineno, expr.col_offset) <= start and end <= (expr.end_lineno, expr.end_col_offset)
-    return start == (site.lineno, site.col_offset) and end == (site.end_lineno, site.end_col_offset)
+        return start == site[:2] or span[:2] <= start and end <= span[2:]
+    return start == site[:2] and end == site[2:]
 
 
 def _held_at(frame):
-    src = _source(frame)
-    if src is None:
-        return []
+    """What the frame holds at its current line. A function with no `with` or `acquire` between
+    its start and that line holds nothing, and is not parsed at all (most library frames)."""
+    import linecache
     code = frame.f_code
-    return src.held(0 if code.co_name == "<module>" else code.co_firstlineno, frame.f_lineno)
-
-
-def _names(ast, expr):
-    out = set()
-    for node in ast.walk(expr):
-        if isinstance(node, ast.Name):
-            out.add(node.id)
-        elif isinstance(node, ast.Attribute):
-            out.add(node.attr)
-    return out
+    key = 0 if code.co_name == "<module>" else code.co_firstlineno
+    region = linecache.getlines(code.co_filename)[max(key, 1) - 1:frame.f_lineno]
+    if not any("with" in line or "acquire" in line for line in region):
+        return []
+    src = _source(frame)
+    lines = linecache.getlines(code.co_filename)
+    return [(how, _expr(lines, span), line) for how, span, line in (src.held(key, frame.f_lineno) if src else ())]
 
 
 def _name_of(frame, obj):
     """The expression at the frame's current call that is obj (by identity), or None."""
     if frame is None:
         return None
-    for expr, _attr in _calls_at(frame):
+    for expr, _attr, text in _calls_at(frame):
         found, value = _resolve(expr, frame)
         if found and value is obj:
-            return _text(expr)
+            return text
     return None
-
-
-def _text(expr):
-    import ast
-    text = ast.unparse(expr)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 # --- reading values without running the program's code ----------------------------------------
