@@ -9,7 +9,7 @@ import time
 
 from earlylog.read import logread, verdict
 from earlylog.runtime import records, waits
-from support import FUTEX, T0, stalled, thread, write
+from support import T0, stalled, thread, write
 
 BUSY = "busy: running on a CPU (98% of a core)"
 SLEEP = "blocked: sleeping (time.sleep or a timed wait) [kernel: hrtimer_nanosleep]"
