@@ -30,7 +30,7 @@ PLANS = {
                  print_rounds=8, print_count=20000, busy_rounds=5, busy_seconds=3.5, idle_seconds=60,
                  idle_pairs=3, stall_after=2, stall_runs=3, report_sizes=(1000, 2000), report_rounds=2, warmup=1),
     "smoke": dict(startup_rounds=3, torch_rounds=1, torch_steps=10, log_calls=200, log_blocks=3,
-                  print_rounds=2, print_count=500, busy_rounds=1, busy_seconds=1.5, idle_seconds=2,
+                  print_rounds=2, print_count=500, busy_rounds=1, busy_seconds=3, idle_seconds=2,
                   idle_pairs=1, stall_after=1, stall_runs=1, report_sizes=(10, 20), report_rounds=1, warmup=0),
 }
 HUNTER_ON = "module='__main__'"  # hunter's own example filter: trace the main script only

@@ -154,12 +154,13 @@ def by_tag(rep, tag):
     return [p for p in rep["processes"] if p["tag"] == tag]
 
 
-def start(args, logdir, **env):
-    """A real process in its own session, so the whole tree can be killed at the end."""
+def start(args, logdir, program=PYTHON, cwd=None, **env):
+    """A real process (python, or another program such as node) in its own session, so the whole
+    tree can be killed at the end."""
     full = clean_env(EARLYLOG=1, EARLYLOG_DIR=logdir, **STALL)
     full.update({k: str(v) for k, v in env.items()})
-    return subprocess.Popen([PYTHON] + args, env=full, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    return subprocess.Popen([program] + args, env=full, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True, cwd=cwd)
 
 
 def kill_tree(proc):
@@ -175,3 +176,34 @@ def kill_pid(pid):
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+# Small log folders written line by line in earlylog's own format, for the reader's pieces.
+T0 = 1767225600.0  # a fixed moment; the processes run on another host, so no liveness check applies
+FUTEX = "blocked: waiting on a lock, condition or event (futex) [kernel: futex_wait_queue]"
+
+
+def thread(name, ident, frames, state=FUTEX, notes=(), main=False, daemon=True):
+    flags = "daemon" if daemon else "not daemon"
+    head = ["thread %s (tid %d, ident %s, %s%s)" % (name, int(ident, 16) % 100000, ident, flags,
+                                                     ", main" if main else "")]
+    return head + ["  " + state] + ["  " + n for n in notes] + ["  %s:%d in %s: %s" % f for f in frames]
+
+
+def write(folder, pid, events, tag="app"):
+    """A log file of events (seconds after T0, kind, text, continuation lines); kind None is a raw line."""
+    folder.mkdir(exist_ok=True)
+    with open(folder / ("20260101-000000-node9-%d-%s.log" % (pid, tag)), "w") as f:
+        for at, kind, text, more in events:
+            f.write(text + "\n" if kind is None else
+                    records.format_lines("text", T0 + at, pid, tag, "node9", kind, text, more))
+
+
+def stalled(folder, pid, *threads, tag="app", extra=(), parent=1):
+    """A process that started, went silent and had one stall dump of these threads."""
+    lines = [x for t in threads for x in t]
+    write(folder, pid, [(0, "start", "pid %d (parent %d) argv python %s.py; log x (via pth, earlylog 0.1.0 at "
+                                     "/opt/earlylog, Python 3.11.7)" % (pid, parent, tag), ()),
+                        (0, "note", "watchdog: stacks after 1 s of silence; kill -USR1 %d dumps them now" % pid, ())]
+          + list(extra) + [(2, "stall", "silent for 1 s; blocked: no CPU used; stacks in x", ()),
+                           (2.2, "dump", "stall after 1 s of silence (%d threads)" % len(threads), lines)], tag)

@@ -62,9 +62,12 @@ def test_parent_waiting_on_a_stalled_child_is_explained(tmp_path, logdir):
     assert child["where"]["function"] == "fetch_config" and child["ppid"] == parent["pid"]
     assert "waiting on a lock" in child["stall"]["main"]["state"]
     assert rep["verdict"][0] == "2 of 2 processes in trouble: 2 stuck"
-    assert ("pid %d (prep) waits in subprocess.run for child %d (prep), which is stalled in fetch_config at prep.py:4"
-            % (parent["pid"], child["pid"])) in rep["verdict"]
-    assert res.returncode == 1 and "waits in subprocess.run for child" in res.stdout
+    (cause,) = [c for c in rep["causes"] if c["kind"] == "child"]
+    assert cause["pids"] == [parent["pid"], child["pid"]]
+    assert cause["text"].startswith("pid %d (prep) waits in subprocess.run (<module> at prep.py:8) for child pid %d "
+                                    "(python prep.py child), which is waiting on a lock" % (parent["pid"], child["pid"]))
+    assert cause["text"].endswith("; the child is stalled in fetch_config at prep.py:4")
+    assert res.returncode == 1 and "waits in subprocess.run (<module> at prep.py:8) for child" in " ".join(res.stdout.split())
 
 
 def test_sigkilled_process_vanished_and_the_report_says_how_to_confirm(tmp_path, logdir):

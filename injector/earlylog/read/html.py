@@ -11,7 +11,7 @@ import json
 import re
 import time
 
-from earlylog.read import html_assets, verdict
+from earlylog.read import frames, html_assets, verdict
 
 # Shown as a path's short form in stacks: the part after the library folder a reader knows.
 _SHORT = re.compile(r"/(?:site|dist)-packages/(.+)$|/lib/python\d[^/]*/(.+)$")
@@ -112,9 +112,9 @@ class _Table:
         if i is None:
             m = _SHORT.search(path)
             short = (m.group(1) or m.group(2)) if m else path
-            # verdict.library is the one rule for "not the user's code": the page only reads its flag
+            # frames.library is the one rule for "not the user's code": the page only reads its flag
             i = self._paths[path] = len(self.paths)
-            self.paths.append([path, short, 1 if verdict.library(path) else 0])
+            self.paths.append([path, short, 1 if frames.library(path) else 0])
         return i
 
     def name(self, name):

@@ -71,6 +71,7 @@ class Proc:
         self.open = []
         self.mem = []           # the first and the newest `mem:` texts
         self.warnings = []
+        self.output = None      # the last line the program printed: (time, text), from `out:`/`err:`
         self.block = None       # the Block whose `| ` lines are being read
 
     @property
@@ -307,7 +308,11 @@ def _line(folder, path, state, line):
 
 
 def _event(folder, p, kind, when, text):
-    if kind == "start":
+    if kind in ("out", "err"):
+        p.output = (when, text)
+        if "pid=" in text:
+            _kill_notice(folder, p, text)
+    elif kind == "start":
         if p.argv is not None:
             _exec(p)
         m = _START.match(text)
@@ -339,11 +344,6 @@ def _event(folder, p, kind, when, text):
         p.mem[1:] = [text] if p.mem else []
         if not p.mem:
             p.mem.append(text)
-    elif kind in ("out", "err", "exception") and "pid=" in text:
-        for who, pattern in KILLERS:
-            m = pattern.search(text)
-            if m:
-                folder.kills.setdefault((p.host, int(m.group(1))), (who, text))
     elif kind == "note" and text.startswith(_TITLE):
         p.title = text[len(_TITLE):].strip() or None
     elif kind == "note" and text.startswith("watchdog: stacks after "):
@@ -354,6 +354,14 @@ def _event(folder, p, kind, when, text):
             p.warnings = (p.warnings + [text])[-MAX_KEPT:]
     elif kind not in records.KINDS:
         folder.unknown += 1
+
+
+def _kill_notice(folder, p, text):
+    """A line of the program's output in which a supervisor says it killed a process (KILLERS)."""
+    for who, pattern in KILLERS:
+        m = pattern.search(text)
+        if m:
+            folder.kills.setdefault((p.host, int(m.group(1))), (who, text))
 
 
 def _exec(p):

@@ -335,7 +335,8 @@ def _verdict(out, by_key, causes):
     # A run stopped as a whole is one cause, not one "likely SIGKILL" guess per process.
     stopped = {pid for c in causes if c["kind"] == "run-stopped" for pid in c["pids"]}
     lines += _ranks(out, explained, stragglers)
-    lines += _parents(out, by_key, explained, stragglers)
+    told = {frozenset(c["pids"][:2]) for c in causes if len(c["pids"]) > 1}  # parent and child, already told
+    lines += _parents(out, by_key, explained, stragglers, told)
     for d in troubled:
         if id(d) not in explained:
             lines.append("%s %s" % (label(d), d["summary"]))
@@ -416,8 +417,9 @@ def _ranks(out, explained, stragglers):
     return ["; ".join(parts)] if parts else []
 
 
-def _parents(out, by_key, explained, stragglers):
-    """A stalled parent whose child is in trouble waits for that child: say so, name the child."""
+def _parents(out, by_key, explained, stragglers, told):
+    """A stalled parent whose child is in trouble waits for that child: say so, name the child,
+    unless a cause already tells that pair."""
     lines = []
     for d in out:
         if d["state"] != "stalled":
@@ -427,6 +429,9 @@ def _parents(out, by_key, explained, stragglers):
         if not bad:
             continue
         explained.add(id(d))
+        bad = [k for k in bad if frozenset((d["pid"], k["pid"])) not in told]
+        if not bad:
+            continue
         call = d["stall"]["main"]["call"] if d["stall"]["main"] else None
         kid = bad[0]
         what = ("stalled in %s" % where(frame_tuple(kid["where"]))) if kid["state"] == "stalled" else kid["summary"]

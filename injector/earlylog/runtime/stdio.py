@@ -187,6 +187,19 @@ def tees():
     return [t for t in (_tee(sys.stdout), _tee(sys.stderr)) if t is not None]
 
 
+def unfinished(ident):
+    """The line thread `ident` has begun on stdout or stderr and not ended, e.g. the prompt
+    `Continue? [y/N] ` that input() printed before it waits; '' if none. For the watchdog thread:
+    only our own exact types are looked into, so a program's own sys.stdout object runs no code."""
+    for stream in (sys.stdout, sys.stderr):
+        if type(stream) is io.TextIOWrapper and type(stream.buffer) is Tee:
+            tee = stream.buffer
+            pending = tee._pending.get(ident)
+            if pending:
+                return pending.rsplit(b"\r", 1)[-1].decode(tee.encoding, "backslashreplace")
+    return ""
+
+
 def _wrap(stream, kind, logger, live):
     """A new TextIOWrapper like `stream` but over a Tee; the same encoding, errors and newline."""
     stream.flush()
