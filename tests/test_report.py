@@ -8,6 +8,7 @@ import socket
 
 import pytest
 
+from earlylog.read import logread, verdict
 from earlylog.runtime import records
 from support import (TIMEOUT, by_tag, earlylog, kill_pid, kill_tree, log_files, read, report_json, run_python,
                      script, start, wait_for, wait_log)
@@ -244,3 +245,22 @@ def test_a_project_in_a_folder_named_earlylog_is_the_users_code(tmp_path, logdir
     main = [p for p in by_tag(rep, "train") if p["stall"]][0]
     assert main["where"]["function"] == "prepare" and main["where"]["file"] == path
     assert main["stall"]["main"]["call"] == "subprocess.run"
+
+
+def test_a_clone_and_venv_under_a_folder_named_earlylog_keep_the_library_call(tmp_path):
+    # A clone of this repository in /home/u/earlylog with its venv inside: torch's frames there are
+    # library frames, the user's are the user's, and only the runtime's own folder (named on the
+    # start line) is earlylog.
+    from support import stalled, thread
+    venv = "/home/u/earlylog/.venv/lib/python3.11/site-packages"
+    frames = [(venv + "/torch/distributed/distributed_c10d.py", 4159, "barrier", "work = group.barrier(opts=opts)"),
+              ("/home/u/earlylog/train.py", 12, "sync", "dist.barrier()"),
+              ("/home/u/earlylog/train.py", 20, "<module>", "sync()")]
+    own = [("/opt/earlylog/runtime/stdio.py", 40, "write", "return self._target.write(data)")]
+    stalled(tmp_path / "run", 4242, thread("MainThread", "0x7f01", own + frames, main=True, daemon=False),
+            tag="train")
+    rep = verdict.judge(logread.read(str(tmp_path / "run")))
+    main = rep["processes"][0]["stall"]["main"]
+    assert main["frame"] == {"file": "/home/u/earlylog/train.py", "line": 12, "function": "sync"}
+    assert main["call"] == "barrier"
+    assert [f["file"] for f in main["frames"]][0] == venv + "/torch/distributed/distributed_c10d.py"
