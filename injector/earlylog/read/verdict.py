@@ -269,7 +269,9 @@ def _stopped_at_end(out, by_key):
         elif boss is not None and boss is not d and (boss["end"] is None or boss["end"] >= (d["end"] or 0)) and \
                 d["state"] != "failed" and not _memory_pressure(d, out):
             waiting = d["idle"] or idle.by_title(d["title"])
-            if waiting or (d["still_starting"] and not _stuck(d)):
+            # A worker that showed nothing but its start-up may have died at its first task; its
+            # supervisor stuck waiting since says that it was not let go.
+            if waiting or (d["still_starting"] and not _stuck(d) and not _stuck(boss)):
                 d["state"] = "terminated"
                 d["summary"] = "stopped while %s: %s while %s %d (%s) ran on, as a supervisor does when it lets a " \
                                "worker go" % ("idle (%s)" % waiting if waiting else "still starting", how, whose,
