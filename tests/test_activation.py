@@ -192,6 +192,21 @@ def test_cli_bad_input_exits_2_with_one_sentence(tmp_path):
         assert old.returncode == 2 and "needs Python 3.9 or newer" in old.stderr
 
 
+def test_cli_says_what_to_pass_instead(tmp_path, bare_venv):
+    venv = os.path.dirname(os.path.dirname(bare_venv))
+    folder = earlylog_cli("install", "--python", venv)
+    assert folder.returncode == 2 and "is a folder, not an interpreter; pass --venv %s" % venv in folder.stderr
+    exe = earlylog_cli("install", "--venv", bare_venv)
+    assert exe.returncode == 2 and "pass --python %s" % bare_venv in exe.stderr
+    # earlylog installed by pip (this test's own environment) is removed by pip, and it says so
+    pip_installed = earlylog_cli("uninstall")
+    assert pip_installed.returncode == 2 and "-m pip uninstall earlylog" in pip_installed.stderr
+    env_help = earlylog_cli("env", "--help")
+    for option in ("--sh", "--json", "--cmd", "--powershell"):
+        line = next(line for line in env_help.stdout.splitlines() if line.strip().startswith(option))
+        assert len(line.split()) > 1, line  # every option has its own description
+
+
 def test_install_into_read_only_site_packages_is_refused(tmp_path):
     if os.geteuid() == 0:
         pytest.skip("root can write to a read-only folder; chmod cannot simulate it here")

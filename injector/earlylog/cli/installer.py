@@ -56,17 +56,32 @@ def _quiet_env(extra=None):
 def target_python(args):
     """The interpreter named by --python or --venv, or the one running this command."""
     if getattr(args, "venv", None):
-        for name in ("bin/python", "bin/python3", "Scripts/python.exe"):
-            exe = os.path.join(args.venv, name)
-            if os.path.exists(exe):
-                return exe
-        raise CliError("%s is not a virtual environment (no bin/python in it)" % args.venv)
+        if os.path.isfile(args.venv):
+            raise CliError("%s is an interpreter, not a virtual environment folder; pass --python %s"
+                           % (args.venv, args.venv))
+        exe = _venv_python(args.venv)
+        if exe is None:
+            raise CliError("%s is not a virtual environment (no bin/python in it)" % args.venv)
+        return exe
     if getattr(args, "python", None):
+        if os.path.isdir(args.python):
+            inside = _venv_python(args.python)
+            raise CliError("%s is a folder, not an interpreter; pass %s" % (
+                args.python, "--venv %s (or --python %s)" % (args.python, inside) if inside
+                else "the python executable itself, e.g. --python %s" % os.path.join(args.python, "bin", "python")))
         exe = shutil.which(args.python) or args.python
         if not os.path.exists(exe):
             raise CliError("the interpreter %s does not exist" % args.python)
         return exe
     return sys.executable
+
+
+def _venv_python(folder):
+    for name in ("bin/python", "bin/python3", "Scripts/python.exe"):
+        exe = os.path.join(folder, name)
+        if os.path.exists(exe):
+            return exe
+    return None
 
 
 def inspect(exe, extra_env=None):
@@ -147,6 +162,9 @@ def uninstall(args):
     site = inspect(exe)["purelib"]
     manifest = _read_manifest(site)
     if manifest is None:
+        if os.path.isfile(os.path.join(site, "earlylog.pth")):
+            raise CliError("earlylog was installed into %s by pip, not by `earlylog install`; remove it with "
+                           "`%s -m pip uninstall earlylog`" % (site, exe))
         print("earlylog is not installed by `earlylog install` in %s; nothing to remove" % site)
         return 0
     _remove(site, manifest)

@@ -31,10 +31,16 @@ def build_parser():
     p = sub.add_parser("run", help="run a command with earlylog on in every Python it starts")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...")
     p.set_defaults(func=launch.run)
-    p = sub.add_parser("env", help="print the variables that turn earlylog on in a launcher's env")
+    p = sub.add_parser("env", help="print the variables that turn earlylog on in a launcher's env",
+                       description="Print EARLYLOG=1 and a PYTHONPATH folder holding a private copy of the "
+                                   "runtime, so every Python a launcher starts logs, even one where earlylog "
+                                   "is not installed. Merge them into the launcher's own environment.")
     fmt = p.add_mutually_exclusive_group()
-    for name in ("sh", "json", "cmd", "powershell"):
-        fmt.add_argument("--" + name, dest="format", action="store_const", const=name)
+    for name, what in (("sh", "`export NAME=value` lines for sh/bash/zsh (the default)"),
+                       ("json", "one JSON object, e.g. for Node.js: {...process.env, ...earlylogEnv}"),
+                       ("cmd", "`set NAME=value` lines for Windows cmd.exe"),
+                       ("powershell", "`$env:NAME = \"value\"` lines for PowerShell")):
+        fmt.add_argument("--" + name, dest="format", action="store_const", const=name, help=what)
     p.set_defaults(func=launch.env, format="sh")
     p = sub.add_parser("dump", help="make live earlylog processes write every thread's stack now")
     p.add_argument("target", metavar="PID|LOGDIR", help="one process, or every live process logging into a folder")

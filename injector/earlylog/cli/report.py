@@ -15,7 +15,9 @@ def add_parser(sub):
     p.add_argument("folder", nargs="?", help="a log folder (default: the newest run under %s)" % sinks.default_base())
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="the report as JSON (schema in docs/json-schema.md)")
-    out.add_argument("--html", metavar="FILE", help="write a self-contained timeline page to FILE")
+    out.add_argument("--html", metavar="FILE", help="write the incident page to FILE: verdict and causes first, "
+                     "a timeline lane per process (click one for its stacks and warnings); one file, "
+                     "opens offline in any browser")
     p.add_argument("--stacks", action="store_true", help="also print the stacks of stuck and crashed threads")
     p.set_defaults(func=main)
 
@@ -23,16 +25,30 @@ def add_parser(sub):
 def find_folder(arg):
     """The folder to read; a CliError with one clear sentence when there is none."""
     if arg is None:
-        folder = files.newest_run(sinks.default_base())
-        if folder is None:
+        base = sinks.default_base()
+        runs = files.recent_runs(base)
+        if not runs:
             raise CliError("no log folder given and no run folder under %s; pass the folder "
-                           "(EARLYLOG_DIR, or the one named on each process's first line)" % sinks.default_base())
-        return folder
+                           "(EARLYLOG_DIR, or the one named on each process's first line)" % base)
+        # On stderr, so that --json output stays one JSON document.
+        now = time.time()
+        sys.stderr.write("earlylog: no folder given; reading the newest run, %s\n" % runs[0])
+        if len(runs) > 1:
+            sys.stderr.write("earlylog: other recent runs: %s\n" % ", ".join(
+                "%s (%s ago)" % (os.path.basename(r), _age(now - os.path.getmtime(r))) for r in runs[1:4]))
+        return runs[0]
     if not os.path.exists(arg):
         raise CliError("%s does not exist" % arg)
     if not os.path.isdir(arg):
         raise CliError("%s is a file, not a log folder; pass the folder that holds it" % arg)
     return arg
+
+
+def _age(seconds):
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return "%d %s" % (seconds // size, unit)
+    return "%d s" % max(seconds, 0)
 
 
 class Progress:
@@ -66,9 +82,12 @@ def main(args):
     finally:
         progress.clear()
     result = verdict.judge(folder)
-    inner = files.newest_run(folder_path) if not result["processes"] else None
-    if inner is not None:
-        result["problems"].append("this folder holds run folders; the newest is %s" % inner)
+    if not result["processes"]:
+        inner = files.recent_runs(folder_path)
+        raise CliError("%s holds no earlylog logs; %s" % (folder_path, (
+            "it holds run folders: pass one, e.g. the newest, %s" % inner[0]) if inner else (
+            "pass the folder named on a process's first earlylog line (`start: ... log PATH`), and check "
+            "that EARLYLOG=1 reached the job's Python (`earlylog status --python PYTHON`)")))
     if args.json:
         sys.stdout.write(json.dumps(result, indent=1) + "\n")
     elif args.html:

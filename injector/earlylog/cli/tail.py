@@ -17,7 +17,8 @@ def add_parser(sub):
     p = sub.add_parser("tail", help="all processes' lines merged in time order; -f follows new ones")
     p.add_argument("folder", nargs="?", help="a log folder (default: the newest run)")
     p.add_argument("-f", "--follow", action="store_true", help="keep going: new lines and new processes")
-    p.add_argument("-n", "--lines", type=int, default=20, metavar="N", help="start with the last N lines (0: all)")
+    p.add_argument("-n", "--lines", type=int, default=20, metavar="N",
+                   help="start with the last N lines of all processes together (default 20; 0: all)")
     p.set_defaults(func=main)
 
 
@@ -101,7 +102,19 @@ def main(args):
     try:
         sources = _sources(folder, known, clock, here)
         merged = heapq.merge(*[_numbered(s.read(), i) for i, s in enumerate(sources)])
-        shown = deque(merged, maxlen=args.lines) if args.lines > 0 else merged
+        total = [0]
+
+        def counted(items):
+            for item in items:
+                total[0] += 1
+                yield item
+        # A deque keeps the last N without holding every line of a big folder.
+        shown = deque(counted(merged), maxlen=args.lines if args.lines > 0 else None)
+        cut = len(shown) < total[0]
+        # On stderr, so that a pipe gets the log lines only.
+        sys.stderr.write("earlylog tail: %s%d line%s of %d log file%s in %s%s\n" % (
+            "the last " if cut else "all ", len(shown), "" if len(shown) == 1 else "s", len(sources),
+            "" if len(sources) == 1 else "s", folder, "; -n N shows more (-n 0: all)" if cut else ""))
         for _when, _seq, text in shown:
             out.write(text + "\n")
         out.flush()

@@ -1,7 +1,8 @@
 """A cause: the judged report's evidence turned into one sentence that says what is wrong, shows
 the evidence (thread, frame, pid) and gives the next step. Thread-level causes (locks, joins,
 exits, dead threads, the GIL, crashes) live in thread_causes.py, process-level ones (children,
-pipes, stdin, sockets, pools) in process_causes.py; verdict.py gathers and orders them."""
+pipes, stdin, sockets, pools) in process_causes.py; verdict.py gathers and orders them. Also the
+words every cause uses for a process and a duration."""
 
 
 class Cause:
@@ -16,3 +17,15 @@ class Cause:
     def as_dict(self):
         return {"kind": self.kind, "text": self.text, "next": self.next, "pids": self.pids,
                 "threads": self.threads}
+
+
+def label(d):
+    """How the report names a process: `rank 3`, or `pid 4242 (train)`; a process that retitled
+    itself by its title (Ray's worker as its task: `pid 4242 (ray::hang_forever)`)."""
+    return "rank %d" % d["rank"] if d["tag"] and d["tag"].startswith("rank") and d["rank"] is not None \
+        else "pid %d (%s)" % (d["pid"], d.get("title") or d["tag"])
+
+
+def secs(s):
+    """A duration as the report writes it: `0.4 s`, `41 s`."""
+    return "%.1f s" % s if s < 10 else "%.0f s" % s

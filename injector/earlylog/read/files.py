@@ -10,11 +10,17 @@ def log_files(path):
     return [os.path.join(path, n) for n in names if os.path.isfile(os.path.join(path, n))]
 
 
-def newest_run(base):
-    """The most recently changed run folder under base (not its `cache`), or None."""
+def recent_runs(base):
+    """The run folders under base (not its `cache`), most recently changed first; [] if none."""
     try:
         runs = [os.path.join(base, n) for n in os.listdir(base) if n != "cache" and not n.startswith(".")]
     except OSError:
-        return None
-    runs = [r for r in runs if os.path.isdir(r)]
-    return max(runs, key=os.path.getmtime) if runs else None
+        return []
+    return sorted((r for r in runs if os.path.isdir(r)), key=_changed, reverse=True)
+
+
+def _changed(path):
+    try:
+        return os.path.getmtime(path)
+    except OSError:  # removed while we looked: the oldest
+        return 0.0

@@ -17,7 +17,23 @@ _EXIT = re.compile(r"status (-?\d+)")
 _OWN_AT = re.compile(r"earlylog \d+(?:\.\d+)+ at (/.*?), Python ")
 # This reader's own package folder; each log's start line names the folder of the copy that wrote it.
 OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# A plain-words line the runtime writes under a thread (`  blocked: ...`, `  held by: ...`): never a frame.
+_NOTE = re.compile(r"^  [a-z][a-z ]*: ")
+_IDENT = re.compile(r"\bident (0x[0-9a-f]+)|^(?:Current thread|Thread) (0x[0-9a-f]+)")
+_REPEATED = re.compile(r"^\[Previous line repeated (\d+) more times?\]$")
+_THREAD_DIED = re.compile(r"^in thread (.+?): (\S.*)$")
+_TIMEOUT = re.compile(r"^Timeout \((\d+):(\d\d):(\d\d(?:\.\d+)?)\)!")
+_STALL_AFTER = re.compile(r"^watchdog: stacks after (\d+(?:\.\d+)?) s of silence")
 _START = re.compile(r"^pid \d+ \(parent (\d+)\) (.*); log (.*) \(via ")
+_GRANDPARENT = re.compile(r"\(via [^;]*\); grandparent (\d+)")
+_PLACE = re.compile(r"; distributed ((?:\w+=\S+ ?)+)$")
+_TITLE = "process title: "
+_TASK = re.compile(r"^    task \S+: ")  # a pending asyncio task's await chain, under its thread
+# A supervisor's own words, in a process's output, that it killed another process by pid: who killed,
+# and the pattern (one group: the pid). Ray's memory monitor names the worker it killed in the
+# OutOfMemoryError its driver gets ("Selected to kill: (Task: ..., pid=N, ...)" in Ray 2.60; older
+# releases wrote "where the task (task ID: ..., name=..., pid=N, ...) was running").
+KILLERS = (("Ray's memory monitor", re.compile(r"(?:Selected to kill: |where the task )\(.*?\bpid=(\d+)")),)
 _NAME = re.compile(r"^\d{8}-\d{6}-(.+)$")
 
 PROBE_LINES = 20        # a file with no earlylog line among its first lines is someone else's
@@ -35,22 +51,33 @@ class Proc:
     def __init__(self, host, pid):
         self.host, self.pid = host, pid
         self.ppid = self.tag = self.argv = self.version = None
+        self.grandparent = None  # its parent's parent, when the start line names it
+        self.place = {}         # rank, local_rank, node_rank, world_size (ints) and job, as the start line says
+        self.title = None       # the process title it set after start (Ray: `ray::TASK`), from a note
+        self.starting = True    # nothing in its log yet beyond its own start-up (probes, imports)
         self.own = None         # the folder of the earlylog copy that wrote this log
         self.files = []
         self.first = self.last = self.activity = None
         self.exit_status = self.exit_time = None
         self.exception = None   # Raised
+        self.repeated = 0       # that traceback's "[Previous line repeated N more times]", summed
+        self.deaths = []        # Died: threads that ended with an exception
+        self.stall_after = None  # the watchdog's stall threshold (EARLYLOG_STALL), from its note
+        self.gil = None         # faulthandler's Timeout: {"time", "seconds", "threads", "over"}
         self.signal = None      # Signalled
         self.crash = None       # {"what", "time", "threads"}
-        self.stall = None       # {"time", "text", "threads", "over"}
+        self.stall = None       # {"time", "text", "threads", "over", "dumped"[, "gil"]}
         self.phases = []        # closed Phases; open ones in self.open
         self.open = []
         self.mem = []           # the first and the newest `mem:` texts
         self.warnings = []
+        self.output = None      # the last line the program printed: (time, text), from `out:`/`err:`
         self.block = None       # the Block whose `| ` lines are being read
 
     @property
     def rank(self):
+        if self.place.get("rank") is not None:
+            return self.place["rank"]
         tag = self.tag or ""
         if tag.startswith("rank") and tag[4:].isdigit():
             return int(tag[4:])
@@ -60,6 +87,8 @@ class Proc:
 
 # The exception that ended a thread (its `exception:` line and frames, innermost first).
 Raised = namedtuple("Raised", "text frames")
+# A thread that ended with an exception (`exception: in thread NAME: ...`): name, what, where, when.
+Died = namedtuple("Died", "thread text frames time")
 # A signal's stack (faulthandler's bare block at SIGTERM): what happened, when, which threads.
 Signalled = namedtuple("Signalled", "text time threads")
 
@@ -91,14 +120,31 @@ class Thread:
 
     @property
     def name(self):
-        words = self.header.split()
-        if self.header.startswith("thread ") and len(words) > 1:
-            return words[1]
-        return "main" if self.header.startswith("Current thread") else self.header
+        if self.header.startswith("thread "):  # `thread NAME (tid ...)`: a name may hold spaces and brackets
+            return self.header[len("thread "):].rpartition(" (tid ")[0] or self.header.split()[-1]
+        if self.header.startswith(("Current thread 0x", "Thread 0x")):  # faulthandler writes no names
+            return "MainThread" if self._module_code() else self.ident
+        return self.header
 
     @property
     def main(self):
-        return "main)" in self.header or self.header.startswith("Current thread")
+        # faulthandler names no thread: the one whose outermost frame is module code is the main one
+        return "main)" in self.header or self.header.startswith("Current thread") or (
+            self.header.startswith("Thread 0x") and self._module_code())
+
+    @property
+    def ident(self):
+        """The thread's ident as written (`0x7f...`), from a dump's or faulthandler's header, or None."""
+        m = _IDENT.search(self.header)
+        return "0x%x" % int(m.group(1) or m.group(2), 16) if m else None
+
+    @property
+    def daemon(self):
+        """True or False from a dump's header; None where it is not written (faulthandler)."""
+        return None if "daemon" not in self.header else "not daemon" not in self.header
+
+    def _module_code(self):
+        return bool(self.frames) and self.frames[-1][2] == "<module>"
 
 
 class Folder:
@@ -113,6 +159,7 @@ class Folder:
         self.half_lines = 0
         self.newer = None
         self.epoch = Clock()
+        self.kills = {}         # (host of the line, pid) -> (who killed it, the line that says so): KILLERS
 
     def proc(self, host, pid):
         key = (host, pid)
@@ -250,19 +297,33 @@ def _line(folder, path, state, line):
         if p.first is None:
             p.first = when
         p.last = when
-    if p.tag is None:
-        p.tag = record["tag"]
+    if p.tag is None or kind == "start":
+        p.tag = record["tag"]  # a second start line is the same pid after exec: the new program's tag
     # The phase reminder's `waiting X: still waiting` line is the watchdog's kind: no sign of life.
     if kind in LIFE and when is not None and not (kind == "phase" and record["msg"].startswith("waiting ")):
         p.activity = when
+        if kind not in ("start", "probe") and not (kind == "phase" and record["msg"].split(" ", 2)[1:2] == ["import"]):
+            p.starting = False
     _event(folder, p, kind, when, record["msg"])
 
 
 def _event(folder, p, kind, when, text):
-    if kind == "start":
+    if kind in ("out", "err"):
+        p.output = (when, text)
+        if "pid=" in text:
+            _kill_notice(folder, p, text)
+    elif kind == "start":
+        if p.argv is not None:
+            _exec(p)
         m = _START.match(text)
         if m:
             p.ppid, p.argv = int(m.group(1)), m.group(2)
+        grandparent = _GRANDPARENT.search(text)
+        p.grandparent = int(grandparent.group(1)) if grandparent else None
+        place = _PLACE.search(text)
+        if place:
+            p.place = {k: int(v) if v.isdigit() and k != "job" else v  # a job id is a name: `4711`, `4711_3`
+                       for k, _, v in (w.partition("=") for w in place.group(1).split())}
         own = _OWN_AT.search(text)
         if own:
             p.own = own.group(1)
@@ -283,11 +344,31 @@ def _event(folder, p, kind, when, text):
         p.mem[1:] = [text] if p.mem else []
         if not p.mem:
             p.mem.append(text)
+    elif kind == "note" and text.startswith(_TITLE):
+        p.title = text[len(_TITLE):].strip() or None
+    elif kind == "note" and text.startswith("watchdog: stacks after "):
+        m = _STALL_AFTER.match(text)
+        p.stall_after = float(m.group(1)) if m else None
     elif kind == "WARNING":
         if text not in p.warnings:
             p.warnings = (p.warnings + [text])[-MAX_KEPT:]
     elif kind not in records.KINDS:
         folder.unknown += 1
+
+
+def _kill_notice(folder, p, text):
+    """A line of the program's output in which a supervisor says it killed a process (KILLERS)."""
+    for who, pattern in KILLERS:
+        m = pattern.search(text)
+        if m:
+            folder.kills.setdefault((p.host, int(m.group(1))), (who, text))
+
+
+def _exec(p):
+    """The pid ran a new program (exec: Ray's setup_worker becomes default_worker): what the old
+    program was doing, its stall and open phases, is not the new one's."""
+    _close_block(p)
+    p.stall, p.open, p.title = None, [], None
 
 
 def _phase(p, when, text):
@@ -331,19 +412,55 @@ def _close_block(p):
     if kind == "exception":
         frames = threads[-1].frames if threads else []  # a chained exception's last is the one raised
         p.exception = Raised(text, frames)
+        p.repeated = sum(int(m.group(1)) for m in map(_REPEATED.match, threads[-1].notes if threads else []) if m)
+        died = _THREAD_DIED.match(text)
+        if died:
+            p.deaths = (p.deaths + [Died(died.group(1), died.group(2), frames, when)])[-MAX_KEPT:]
     elif kind == "stall":
-        if text.startswith("over"):
-            if p.stall is not None:
-                p.stall["over"] = when
-        elif not text.startswith("the GIL"):
-            p.stall = {"time": when, "text": text, "threads": threads, "over": None}
-    elif kind in ("dump", "gil"):
-        if threads and p.stall is not None and not p.stall["threads"] and p.stall["over"] is None:
-            p.stall["threads"] = threads
+        _stall(p, when, text)
+    elif kind == "gil":
+        _gil(p, when, text, threads)
+    elif kind == "dump":
+        if threads and p.stall is not None and not p.stall["dumped"] and p.stall["over"] is None:
+            p.stall["threads"], p.stall["dumped"] = threads, True
     elif kind == "fatal":
         p.crash = {"what": text, "time": when, "threads": threads}
     elif kind == "signal":
         p.signal = Signalled(text, when, threads)
+
+
+def _stall(p, when, text):
+    if text.startswith("over"):
+        if p.stall is not None:
+            p.stall["over"] = when
+    elif text.startswith("the GIL"):  # the watchdog ran again: the GIL stall before it is over
+        if p.gil is not None and p.gil["over"] is None:
+            p.gil["over"] = when
+        if p.stall is not None and p.stall.get("gil") and p.stall["over"] is None:
+            p.stall["over"] = when
+    else:
+        # Its dump is written a moment after this line: a report read in between keeps the
+        # stacks of the stall before, rather than none.
+        earlier = p.stall["threads"] if p.stall is not None and p.stall["over"] is None else []
+        p.stall = {"time": when, "text": text, "threads": earlier, "over": None, "dumped": False}
+
+
+def _gil(p, when, text, threads):
+    """faulthandler's `Timeout (H:MM:SS)!` block: the watchdog thread could not run that long
+    because C code held the GIL. With no stall open, it is the stall, and its stacks the only ones."""
+    m = _TIMEOUT.match(text)
+    seconds = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3)) if m else 0.0
+    threads = [t for t in threads if t.frames]  # `<no Python frame>`: a native thread, nothing to show
+    p.gil = {"time": when, "seconds": seconds, "threads": threads, "over": None}
+    if when is not None and seconds:
+        # The timer fired `seconds` after the watchdog's last beat, and that beat came at most a
+        # third of the timeout (at most 5 s) before the last line: the process was there then.
+        p.last = max(p.last, when + seconds - min(seconds / 3.0, 5.0))
+    if p.stall is None or p.stall["over"] is not None:
+        p.stall = {"time": when, "text": "the GIL was held (faulthandler's %s)" % text.rstrip("!"),
+                   "threads": threads, "over": None, "dumped": True, "gil": True}
+    elif not p.stall["dumped"]:
+        p.stall["threads"], p.stall["dumped"] = threads, True
 
 
 def own(p, path):
@@ -367,7 +484,7 @@ def parse_threads(lines):
     threads, cur, last_first = [], None, {}
     for line in lines:
         m = _FRAME.match(line)
-        if m and not line.lstrip().startswith(("thread ", "phase:", "blocked:", "busy:")):
+        if m and not line.startswith("thread ") and not _NOTE.match(line) and not _TASK.match(line):
             if cur is None:
                 cur = Thread("thread")
                 threads.append(cur)
@@ -384,8 +501,9 @@ def parse_threads(lines):
             cur = Thread(text.rstrip(":"))
             threads.append(cur)
             last_first[id(cur)] = "most recent call last" in text
-        elif cur is not None and line.startswith("  ") and not (cur.frames and line.startswith("    ")):
-            cur.notes.append(text)
+        elif cur is not None and line.startswith("  ") and (_TASK.match(line) or
+                                                            not (cur.frames and line.startswith("    "))):
+            cur.notes.append(text)  # kernel state, phase, asyncio's pending tasks and their await chains
     for t in threads:
         if last_first.get(id(t)):
             t.frames.reverse()

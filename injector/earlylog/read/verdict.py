@@ -1,58 +1,22 @@
-"""Judges a read folder: each process's state (running, stalled, exited, crashed, killed, vanished,
-unknown) and the cross-process story (straggler rank, parent waiting on a child, likely cause).
+"""Judges a read folder: each process's state (running, idle, stalled, exited, crashed, killed,
+terminated, vanished, unknown) and the cross-process story (straggler rank, parent waiting on a
+child, likely cause), each host's processes by what can be known from this one.
 It only looks (its own /proc reads included) and returns plain data; it never prints or writes."""
 import os
 import re
 import time
 
 from earlylog import __version__
-from earlylog.read import process_causes, thread_causes
+from earlylog.read import idle, process_causes, thread_causes
+from earlylog.read.causes import label, secs
+from earlylog.read.frames import call_name, frame_dict, frame_tuple, user_frame, where
 from earlylog.runtime import identity
 
 SCHEMA = 1
 TROUBLE = ("stalled", "crashed", "killed", "vanished", "failed")
 _CRASHES = {"Segmentation fault": "SIGSEGV", "Floating point exception": "SIGFPE", "Aborted": "SIGABRT",
             "Bus error": "SIGBUS", "Illegal instruction": "SIGILL"}
-_LIBRARY = re.compile(r"/(?:site|dist)-packages/|/lib/python\d|^<frozen")
-_WRAPPERS = ("wrapper", "inner", "marked", "decorate_context", "_fn", "__call__")
 _OOM_HOW = "confirm with `dmesg -T | grep -i oom` or `journalctl -k | grep -i oom` on that host"
-
-
-def library(path):
-    """True for the standard library and installed packages: not the user's code. (earlylog's own
-    frames never get here: the reader drops them, knowing them by location.)"""
-    return bool(_LIBRARY.search(path))
-
-
-def user_frame(frames):
-    """The innermost frame of the user's own code (frames run innermost first), else the innermost."""
-    for frame in frames:
-        if not library(frame[0]):
-            return frame
-    return frames[0] if frames else None
-
-
-def call_name(frames):
-    """The library call the user's code is inside, e.g. `subprocess.run`, `barrier`; None if none."""
-    u = next((i for i, f in enumerate(frames) if not library(f[0])), None)
-    if u is None:
-        return None  # no user code on the stack (a launcher's own loop): no call of the user's to name
-    for path, _line, func in reversed(frames[:u]):
-        if func.startswith(("_", "<")) or func in _WRAPPERS:
-            continue
-        if "torch/distributed" in path:
-            return func
-        return "%s.%s" % (os.path.basename(path)[:-3] if path.endswith(".py") else os.path.basename(path), func)
-    return None
-
-
-def where(frame):
-    """`func at file.py:12`."""
-    return "%s at %s:%d" % (frame[2], os.path.basename(frame[0]), frame[1]) if frame else "an unknown place"
-
-
-def frame_dict(frame):
-    return {"file": frame[0], "line": frame[1], "function": frame[2]} if frame else None
 
 
 def _alive(pid, first):
@@ -96,7 +60,11 @@ def _memory(p):
 
 def _process(p, now, here):
     """One process as the --json schema says: what it is, how it ended (or stands), and where."""
-    d = {"host": p.host, "pid": p.pid, "ppid": p.ppid, "tag": p.tag, "rank": p.rank, "command": p.argv,
+    d = {"host": p.host, "pid": p.pid, "ppid": p.ppid, "grandparent": p.grandparent, "tag": p.tag,
+         "title": p.title, "rank": p.rank, "local_rank": p.place.get("local_rank"),
+         "node_rank": p.place.get("node_rank"), "world_size": p.place.get("world_size"),
+         "job": p.place.get("job"), "command": p.argv, "idle": None, "checked_here": False, "killed_by": None,
+         "still_starting": p.starting,
          "files": [os.path.basename(f) for f in p.files], "start": p.first, "last_seen": p.last,
          "end": None, "state": None, "status": p.exit_status, "summary": "", "where": None, "phase": None,
          "stall": None, "crash": None, "exception": None, "memory": _memory(p), "warnings": list(p.warnings),
@@ -115,7 +83,7 @@ def _process(p, now, here):
         d["where"] = frame_dict(user_frame(main.frames)) if main else None
     # Local: this host's /proc can say whether it still runs. Without a readable time a reused
     # pid cannot be told apart, so liveness then stays unknown.
-    local = (p.host is None or p.host == here) and p.first is not None
+    local = d["checked_here"] = (p.host is None or p.host == here) and p.first is not None
     if p.crash is not None:
         _crashed(d, p)
     elif p.exit_status is not None:
@@ -134,10 +102,28 @@ def _process(p, now, here):
             d["summary"] = "no exit record, and whether it still runs cannot be checked here (%s)" % (
                 "no readable time in its lines" if p.first is None else "it ran on host %s" % p.host)
     if stalled_at_end:
+        _idle(d, p)
         _stall_summary(d, p, now, local)
     elif d["state"] == "running":
-        d["summary"] = "running, last sign of life %s ago" % _secs(now - (p.last or now))
+        d["summary"] = "running, last sign of life %s ago" % secs(now - (p.last or now))
+    if not local:
+        _elsewhere(d, p, now)
     return d
+
+
+def _idle(d, p):
+    """A stall whose threads all wait for work (an event loop, serve_forever, a pool's queue, a
+    sleep loop), or whose worker pool titles it idle (`ray::IDLE`), is idleness, not a hang: state
+    `idle`, and the reason (see idle.py)."""
+    d["idle"] = idle.reason(p.stall["threads"]) or idle.by_title(p.title)
+    if d["idle"] and d["state"] == "stalled":
+        d["state"] = "idle"
+
+
+def _elsewhere(d, p, now):
+    """A process on another host is judged by its lines alone: say how old the newest one is."""
+    if d["state"] in ("stalled", "idle", "unknown") and p.last is not None:
+        d["summary"] += "; its last line is %s old" % secs(max(0.0, now - p.last))
 
 
 def _crashed(d, p):
@@ -170,25 +156,26 @@ def _signalled(d, p):
 def _stall_summary(d, p, now, local):
     """`stalled for 41 s in load at train.py:12 (phase X); blocked: ...`, as the summary of a
     process still stalled, or appended to how it ended."""
-    upto = now if d["state"] == "stalled" and local else p.last
+    upto = now if d["state"] in ("stalled", "idle") and local else p.last
     silent = (upto or now) - (p.activity or p.first or now)
     d["stall"]["seconds"] = round(silent, 1)
     main = d["stall"]["main"]
-    text = "stalled for %s in %s" % (_secs(silent), where(frame_tuple(d["where"])) if main
-                                     else "an unknown place (no stack was written)")
-    if d["phase"]:
-        text += " (phase %s)" % d["phase"]
-    if main and main["state"]:
-        text += "; " + main["state"]
-    d["summary"] = text if d["state"] in ("stalled", "running") else d["summary"] + "; it had " + text
+    place = where(frame_tuple(d["where"])) if main else "an unknown place (no stack was written)"
+    if d["idle"]:
+        text = "idle for %s: %s, in %s" % (secs(silent), d["idle"], place)
+    else:
+        text = "stalled for %s in %s" % (secs(silent), place)
+        if d["phase"]:
+            text += " (phase %s)" % d["phase"]
+        if main and main["state"]:
+            text += "; " + main["state"]
+    d["stall"]["summary"] = text
+    d["summary"] = text if d["state"] in ("stalled", "running", "idle") else \
+        d["summary"] + "; it had " + ("been " if d["idle"] else "") + text
 
 
 def _span(a, b):
-    return _secs(b - a) if a is not None and b is not None else "an unknown time"
-
-
-def _secs(s):
-    return "%.1f s" % s if s < 10 else "%.0f s" % s
+    return secs(b - a) if a is not None and b is not None else "an unknown time"
 
 
 def judge(folder, now=None):
@@ -202,23 +189,128 @@ def judge(folder, now=None):
         parent = by_key.get((d["host"], d["ppid"]))
         if parent is not None and parent is not d:
             parent["children"].append(d["pid"])
-            if d["state"] in ("killed", "vanished") and parent["state"] == "exited" and \
-                    (parent["end"] or 0) >= (d["end"] or 0):
-                # multiprocessing.Pool.__exit__ terminates its workers with SIGTERM, one still starting
-                # before our SIGTERM stack is armed leaves no trace at all: no trouble either way.
-                d["summary"] = "%s, then its parent exited with status 0 (as multiprocessing pools stop " \
-                               "their workers)" % ("ended by SIGTERM" if d["state"] == "killed" else
-                                                   "ended with no exit record")
-                d["state"] = "terminated"
+    _killed_by_notice(out, folder.kills)
+    _stopped_at_end(out, by_key)
+    _waited_on(out)
     counts = {"processes": len(out)}
     for d in out:
         counts[d["state"]] = counts.get(d["state"], 0) + 1
     report = {"schema": SCHEMA, "earlylog": __version__, "folder": os.path.abspath(folder.path),
-              "generated": round(now, 3), "hosts": sorted({d["host"] or "?" for d in out}),
+              "generated": round(now, 3), "host": here, "hosts": sorted({d["host"] or "?" for d in out}),
               "counts": counts, "verdict": [], "problems": list(folder.problems), "processes": out}
     report["causes"] = [c.as_dict() for c in _causes(report, folder)]
     report["verdict"] = _verdict(out, by_key, report["causes"])
     return report
+
+
+# What to do when a supervisor says it killed a process, by who killed it.
+_KILL_NEXT = {"Ray's memory monitor": "the node ran low on memory: lower the task's memory use, or give it a "
+                                      "`memory=` resource so Ray runs fewer such tasks at once"}
+_LONG_ID = re.compile(r"\bID=[0-9a-fA-F]{8,}")
+
+
+def _killed_by_notice(out, kills):
+    """A process another one's output says was killed (Ray's driver gets an OutOfMemoryError naming
+    the worker's pid): killed, and by whom, whatever else its own log shows. The pid is looked up on
+    the host of the line that names it, else on the one host that has it."""
+    for (host, pid), (who, line) in kills.items():
+        found = [d for d in out if d["pid"] == pid]
+        here = [d for d in found if d["host"] == host]
+        d = here[0] if len(here) == 1 else found[0] if len(found) == 1 else None
+        if d is None or d["state"] in ("exited", "crashed"):
+            continue
+        d["state"], d["killed_by"] = "killed", who
+        d["summary"] = "killed by %s, as the output of a process on %s says: %s%s" % (
+            who, host or "its host", _without_ids(line.strip())[:300],
+            "; next: " + _KILL_NEXT[who] if who in _KILL_NEXT else "")
+
+
+def _without_ids(text):
+    """The words of a notice less its long hex ids: `(task name=f, pid=9, ...)` stays readable."""
+    return re.sub(r"\(([^()]*)\)", lambda m: "(%s)" % ", ".join(
+        part for part in m.group(1).split(", ") if not _LONG_ID.search(part)), text)
+
+
+# How a program that catches SIGTERM reports it (Ray's dashboard exits with 15; shells use 128+15),
+# and a shell's SIGKILL (128+9).
+_STOP_STATUSES = (15, 143, 137)
+
+
+def _stopped_at_end(out, by_key):
+    """A process its supervisor stopped is not trouble of its own: it ended by SIGTERM, by SIGKILL
+    (vanished) or with SIGTERM's exit status, and then the process that started it exited with
+    status 0 (its parent, or its parent's parent when the parent does not log: Ray's raylet stands
+    between the driver and its workers and agents). multiprocessing pools stop their workers so at
+    exit, Ray its daemons and workers at shutdown. One stuck when it was stopped is the story of the
+    run: it stays stalled, and says how it ended (a busy one was computing: stopped as the others).
+    One idle or still starting (its log shows only its start-up) when it was stopped while its
+    supervisor lived on, with no sign of memory pressure, was let go by that supervisor trimming its
+    pool of workers (Ray ends idle workers, and prestarted ones it does not need, so)."""
+    for d in out:  # oldest first: a supervisor is judged before what it started
+        if d["killed_by"]:
+            continue
+        if not (d["state"] in ("killed", "vanished") or (d["state"] == "failed" and d["status"] in _STOP_STATUSES)):
+            continue
+        how = {"killed": "ended by SIGTERM", "vanished": "ended with no exit record (SIGKILL)"}.get(
+            d["state"], "exited with status %s (SIGTERM's)" % d["status"])
+        boss, whose = by_key.get((d["host"], d["ppid"])), "its parent"
+        if boss is None and d["grandparent"]:
+            boss, whose = by_key.get((d["host"], d["grandparent"])), "its parent's parent"
+        if boss is not None and boss is not d and boss["state"] in ("exited", "terminated") and \
+                (boss["end"] or 0) >= (d["end"] or 0):
+            then = "%s, then %s %d (%s) %s" % (how, whose, boss["pid"], boss["title"] or boss["tag"],
+                                               "exited with status 0" if boss["state"] == "exited" else
+                                               "was stopped so too")
+            if _stuck(d):
+                d["state"], d["summary"] = "stalled", "%s until it was stopped at the end of the run (%s)" % (
+                    d["stall"]["summary"], then)
+            else:
+                d["state"], d["summary"] = "terminated", "stopped at the end of the run: " + then
+        elif boss is not None and boss is not d and (boss["end"] is None or boss["end"] >= (d["end"] or 0)) and \
+                d["state"] != "failed" and not _memory_pressure(d, out):
+            waiting = d["idle"] or idle.by_title(d["title"])
+            # A worker that showed nothing but its start-up may have died at its first task; its
+            # supervisor stuck waiting since says that it was not let go.
+            if waiting or (d["still_starting"] and not _stuck(d) and not _stuck(boss)):
+                d["state"] = "terminated"
+                d["summary"] = "stopped while %s: %s while %s %d (%s) ran on, as a supervisor does when it lets a " \
+                               "worker go" % ("idle (%s)" % waiting if waiting else "still starting", how, whose,
+                                              boss["pid"], boss["title"] or boss["tag"])
+
+
+# A program's own handler of a stop signal (Ray's monitor: `_signal_handler`), by its name.
+_SIGNAL_HANDLER = re.compile(r"sig(?:nal|term|int)?_?handler$|handle_?sig(?:nal|term|int)?$", re.I)
+
+
+def _stuck(d):
+    """Stalled, neither idle nor computing (busy is not stuck: docs/design.md#busy-is-not-stuck),
+    nor already stopping: a process caught in its own SIGTERM handler when its supervisor killed
+    it was being stopped (Ray's monitor reports its end to a GCS already gone)."""
+    main = d["stall"]["main"] if d["stall"] else None
+    return d["stall"] is not None and not d["idle"] and not (main and (main["state"] or "").startswith("busy:")) \
+        and not (main and any(_SIGNAL_HANDLER.search(f["function"]) for f in main["frames"]))
+
+
+def _memory_pressure(d, out):
+    mem = d["memory"] or {}
+    return bool(mem.get("near_limit") or mem.get("oom_kill_rose") or
+                any((o["memory"] or {}).get("oom_kill_rose") for o in out))
+
+
+def _waited_on(out):
+    """An idle rank is the straggler when another rank waits for it in a collective: stuck after all."""
+    waiting = any(_in_collective(d) for d in out if d["state"] == "stalled" and d["rank"] is not None)
+    for d in out:
+        if waiting and d["state"] == "idle" and d["rank"] is not None:
+            d["summary"] = "stalled for %s in %s (%s, while other ranks wait for it)" % (
+                secs(d["stall"]["seconds"]), where(frame_tuple(d["where"])), d["idle"])
+            d["state"], d["idle"] = "stalled", None
+
+
+def _in_collective(d):
+    main = d["stall"]["main"] if d["stall"] else None
+    return bool(main) and (any("torch/distributed" in f["file"] for f in main["frames"]) or
+                           "waiting for peers" in (main["phase"] or ""))
 
 
 def _causes(report, folder):
@@ -233,11 +325,6 @@ def _causes(report, folder):
     return found
 
 
-def _label(d):
-    return "rank %d" % d["rank"] if d["tag"] and d["tag"].startswith("rank") and d["rank"] is not None \
-        else "pid %d (%s)" % (d["pid"], d["tag"])
-
-
 def _verdict(out, by_key, causes):
     """The short story, most important first: a headline, the causes with their next steps, then
     one line per process in trouble that no cause explains."""
@@ -247,16 +334,30 @@ def _verdict(out, by_key, causes):
     lines = [_headline(out, troubled)]
     lines += ["%s; next: %s" % (c["text"], c["next"]) if c["next"] else c["text"] for c in causes]
     explained, stragglers = set(), set()
+    # A run stopped as a whole is one cause, not one "likely SIGKILL" guess per process.
+    stopped = {pid for c in causes if c["kind"] == "run-stopped" for pid in c["pids"]}
     lines += _ranks(out, explained, stragglers)
-    lines += _parents(out, by_key, explained, stragglers)
+    told = {frozenset(c["pids"][:2]) for c in causes if len(c["pids"]) > 1}  # parent and child, already told
+    lines += _parents(out, by_key, explained, stragglers, told)
     for d in troubled:
         if id(d) not in explained:
-            lines.append("%s %s" % (_label(d), d["summary"]))
+            lines.append("%s %s" % (label(d), d["summary"]))
             explained.add(id(d))
-        if d["state"] == "vanished":
+        if d["state"] == "vanished" and d["pid"] not in stopped:
             lines.append(_vanished_cause(d, out))
-    lines += ["warning in %s: %s" % (_label(d), w) for d in troubled for w in d["warnings"][:2]][:3]
+    lines += ["warning in %s: %s" % (label(d), w) for d in troubled for w in d["warnings"][:2]][:3]
+    lines += _other_hosts(out)
     return lines
+
+
+def _other_hosts(out):
+    """Say plainly which hosts' processes were judged by their logs alone."""
+    hosts = sorted({d["host"] or "?" for d in out if not d["checked_here"] and d["end"] is None})
+    if not hosts:
+        return []
+    return ["on %s, whether a process still runs cannot be checked from here: those are judged by their "
+            "logs alone (stall dumps, exits); run `earlylog report` on %s to check" % (
+                ", ".join(hosts), "that host" if len(hosts) == 1 else "each host")]
 
 
 def _headline(out, troubled):
@@ -289,20 +390,21 @@ def _ranks(out, explained, stragglers):
     waiting, late = {}, []
     for r in sorted(ranks):
         d = ranks[r]
-        main = d["stall"]["main"] if d["stall"] else None
-        if main and (any("torch/distributed" in f["file"] for f in main["frames"]) or
-                     (main["phase"] or "").find("waiting for peers") >= 0):
-            waiting.setdefault(main["call"] or "a collective", []).append(r)
+        if _in_collective(d):
+            waiting.setdefault(d["stall"]["main"]["call"] or "a collective", []).append(r)
         elif d["state"] in TROUBLE:
             late.append(d)
     parts = []
+    # Ranks on several hosts: the straggler's host is where to look.
+    hosts = len({d["host"] for d in ranks.values()}) > 1
     for d in late:
         explained.add(id(d))
         stragglers.add(id(d))
+        name = "rank %d on host %s" % (d["rank"], d["host"]) if hosts else "rank %d" % d["rank"]
         if d["stall"] is not None and d["state"] == "stalled":
-            parts.append("rank %d is in %s" % (d["rank"], where(frame_tuple(d["where"]))))
+            parts.append("%s is in %s" % (name, where(frame_tuple(d["where"]))))
         else:
-            parts.append("rank %d %s" % (d["rank"], d["summary"]))
+            parts.append("%s %s" % (name, d["summary"]))
     for call, rs in sorted(waiting.items()):
         for r in rs:
             explained.add(id(ranks[r]))
@@ -317,12 +419,9 @@ def _ranks(out, explained, stragglers):
     return ["; ".join(parts)] if parts else []
 
 
-def frame_tuple(frame):
-    return (frame["file"], frame["line"], frame["function"]) if frame else None
-
-
-def _parents(out, by_key, explained, stragglers):
-    """A stalled parent whose child is in trouble waits for that child: say so, name the child."""
+def _parents(out, by_key, explained, stragglers, told):
+    """A stalled parent whose child is in trouble waits for that child: say so, name the child,
+    unless a cause already tells that pair."""
     lines = []
     for d in out:
         if d["state"] != "stalled":
@@ -332,6 +431,9 @@ def _parents(out, by_key, explained, stragglers):
         if not bad:
             continue
         explained.add(id(d))
+        bad = [k for k in bad if frozenset((d["pid"], k["pid"])) not in told]
+        if not bad:
+            continue
         call = d["stall"]["main"]["call"] if d["stall"]["main"] else None
         kid = bad[0]
         what = ("stalled in %s" % where(frame_tuple(kid["where"]))) if kid["state"] == "stalled" else kid["summary"]
@@ -346,6 +448,6 @@ def _vanished_cause(d, out):
     rose = mem.get("oom_kill_rose") or any((o["memory"] or {}).get("oom_kill_rose") for o in out)
     if rose or mem.get("near_limit"):
         why = "the cgroup's oom_kill count rose" if rose else "memory was at %s" % mem["last"]
-        return "likely cause for %s: the kernel's OOM killer (%s); %s" % (_label(d), why, _OOM_HOW)
+        return "likely cause for %s: the kernel's OOM killer (%s); %s" % (label(d), why, _OOM_HOW)
     return ("likely cause for %s: killed by SIGKILL (kill -9, a job scheduler or the OOM killer; its last "
-            "memory breadcrumbs show no pressure); %s" % (_label(d), _OOM_HOW))
+            "memory breadcrumbs show no pressure); %s" % (label(d), _OOM_HOW))

@@ -11,6 +11,7 @@ The steps, in order, once per process (pid):
   3. the features, each in its own try: stdio (live output, tee), exit records and
      exception hooks, the watchdog, the import timeline and library marks, the probes.
   4. fork: os.register_at_fork makes each fork child run these steps again, for its pid.
+Only in the main interpreter: a subinterpreter runs the .pth line too, and earlylog stays out.
 
 What happens on failure: a failing step prints one line on stderr naming the step and the
 switch that shows more (EARLYLOG_DEBUG=1); the other steps go on, and the user's program runs
@@ -34,11 +35,30 @@ def start(origin="api"):
     """Run the steps for this process unless they already ran for this pid; never raises."""
     if state.pid == os.getpid():
         return  # a venv runs .pth lines twice; .pth and sitecustomize may both fire
+    if not _main_interpreter():
+        return
     state.pid = os.getpid()
     try:
         _start(origin)
     except BaseException as exc:  # never let an exception reach the application
         _failed("start-up", exc)
+
+
+def _main_interpreter():
+    """False in a subinterpreter: Py_NewInterpreter runs site, and so the .pth line, again, with
+    a sys.modules of its own (the run-once guard is new there). Threads of ours in it would make
+    Py_EndInterpreter abort the process; an isolated one cannot start threads at all.
+    set_wakeup_fd checks "main thread of the main interpreter" before it looks at its argument:
+    -2 is refused there with ValueError, and in the main interpreter with EBADF, changing nothing.
+    About 5 us, nothing imported (importing _interpreters or _xxsubinterpreters takes 0.5 to 3.5 ms)."""
+    import _signal
+    try:
+        _signal.set_wakeup_fd(-2)
+    except ValueError:
+        return False
+    except OSError:
+        pass
+    return True
 
 
 def _failed(step, exc):
@@ -70,9 +90,14 @@ def _start(origin, parent_tag=None):
     logger = state.logger = sinks.Logger(config, ident, started, fd, path, sinks.Console(config.console))
     # The package folder lets a log reader know earlylog's own frames by location (a private
     # runtime copy lives elsewhere than the reader's package), never by a name in the path.
-    logger.event("start", "pid %d (parent %d) %s; log %s (via %s, earlylog %s at %s, Python %s)"
+    # The grandparent links a process to its supervisor across a parent that does not log (Ray's
+    # raylet); the place in a distributed job (rank, local and node rank, job id) names each rank
+    # and its node in a report of many hosts.
+    logger.event("start", "pid %d (parent %d) %s; log %s (via %s, earlylog %s at %s, Python %s)%s%s"
                  % (ident.pid, ident.ppid, _quote_argv(ident.argv), path or "unavailable", origin,
-                    _version(), os.path.dirname(os.path.dirname(os.path.abspath(__file__))), sys.version.split()[0]))
+                    _version(), os.path.dirname(os.path.dirname(os.path.abspath(__file__))), sys.version.split()[0],
+                    "; grandparent %d" % ident.grandparent if ident.grandparent else "",
+                    "; distributed " + ident.place if ident.place else ""))
     for problem in config.problems:
         logger.event("WARNING", problem)
     for name, feature in _features():
@@ -92,6 +117,8 @@ def _after_fork_child():
     parent_tag = state.logger.ident.tag if state.logger is not None else "python"
     state.pid = os.getpid()
     try:
+        from earlylog.runtime import threads
+        threads.forked()
         _start("fork", parent_tag)
     except BaseException as exc:
         _failed("start-up after fork", exc)

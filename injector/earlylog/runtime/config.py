@@ -24,7 +24,8 @@ KNOBS = {
     "EARLYLOG_MARKS": ("flag", True, "mark torch/accelerate/transformers steps (CUDA init, init_process_group, ...)"),
     "EARLYLOG_REDACT": ("text", "", "extra comma-separated words; env names containing them are redacted"),
     "EARLYLOG_LOG_ARG": ("text", "", "take the log file path from the program's own option, e.g. --log"),
-    "EARLYLOG_NATIVE": ("flag", True, "add py-spy or gdb native stacks to a process's first stall dump"),
+    "EARLYLOG_NATIVE": ("flag", False, "add py-spy or gdb native stacks to a blocked process's first stall dump "
+                                       "(it pauses the process while they are read)"),
     "EARLYLOG_DEBUG": ("flag", False, "print earlylog's own internal errors with tracebacks"),
 }
 

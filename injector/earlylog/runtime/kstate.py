@@ -7,17 +7,17 @@ import sys
 _CALLS = {
     "x86_64": {0: "read", 1: "write", 17: "read", 18: "write", 19: "read", 20: "write",
                7: "poll", 23: "poll", 232: "poll", 270: "poll", 271: "poll", 281: "poll", 441: "poll",
-               35: "sleep", 230: "sleep", 202: "futex", 61: "wait", 247: "wait",
+               35: "sleep", 230: "sleep", 202: "futex", 61: "wait", 247: "waitid",
                42: "connect", 43: "accept", 288: "accept", 44: "write", 46: "write",
                45: "read", 47: "read", 299: "read", 307: "write", 73: "flock", 72: "fcntl",
                257: "open", 2: "open"},
     "aarch64": {63: "read", 64: "write", 65: "read", 66: "write", 67: "read", 68: "write",
                 72: "poll", 73: "poll", 22: "poll", 441: "poll", 101: "sleep", 115: "sleep",
-                98: "futex", 260: "wait", 95: "wait", 203: "connect", 202: "accept", 242: "accept",
+                98: "futex", 260: "wait", 95: "waitid", 203: "connect", 202: "accept", 242: "accept",
                 206: "write", 211: "write", 207: "read", 212: "read", 243: "read", 269: "write",
                 32: "flock", 25: "fcntl", 56: "open"},
 }
-_STATES = {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O", "T": "stopped",
+STATES = {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O", "T": "stopped",
            "t": "stopped by a debugger", "Z": "a zombie", "X": "dead", "I": "idle"}
 _STREAMS = {0: "stdin", 1: "stdout", 2: "stderr"}
 
@@ -78,12 +78,11 @@ def describe(tid, cpu_share=None):
     if state == "R" or (cpu_share is not None and cpu_share >= 0.2):
         return "busy: running on a CPU%s" % _share(cpu_share)
     wchan = _read("/proc/self/task/%d/wchan" % tid)
-    raw = _read("/proc/self/task/%d/syscall" % tid).split()
-    what = _blocked_in(raw, wchan)
+    what = _blocked_in(syscall(tid), wchan)
     if state == "D":
         what = "in uninterruptible I/O (disk, network filesystem or device)" + (", " + what if what else "")
     elif not what:
-        what = _STATES.get(state, "state " + state)
+        what = STATES.get(state, "state " + state)
     detail = " [kernel: %s]" % wchan if wchan and wchan != "0" else ""
     return "blocked: %s%s" % (what, detail)
 
@@ -92,25 +91,43 @@ def _share(cpu_share):
     return "" if cpu_share is None else " (%d%% of a core)" % round(cpu_share * 100)
 
 
-def _blocked_in(raw, wchan):
+def syscall(tid, pid="self"):
+    """(name, number, raw arguments) of the system call a thread is blocked in, e.g.
+    ('write', 1, [1, ...]); name is None for a call not named here. None while the thread runs,
+    or when /proc does not say (another user's process, a kernel without the file)."""
+    raw = _read("/proc/%s/task/%d/syscall" % (pid, tid)).split()
     if not raw or raw[0] == "running":
-        return ""
+        return None
     try:
         number, args = int(raw[0]), [int(a, 16) for a in raw[1:7]]
-    except (ValueError, IndexError):
-        return ""
-    call = _CALLS.get(os.uname().machine, {}).get(number)
-    if call in ("read", "write", "connect", "accept"):
-        return _fd_call(call, args[0])
+    except ValueError:
+        return None
+    if number < 0 or len(args) < 6:  # blocked outside any system call (a page fault)
+        return None
+    return _CALLS.get(os.uname().machine, {}).get(number), number, args
+
+
+def words(call):
+    """What a thread in a system call that is not on an fd does, in plain words; '' if not known."""
     return {
         "poll": "waiting for I/O in select/poll (an idle event loop or socket wait)",
         "sleep": "sleeping (time.sleep or a timed wait)",
         "futex": "waiting on a lock, condition or event (futex)",
         "wait": "waiting for a child process to exit",
+        "waitid": "waiting for a child process to exit",
         "flock": "waiting for a file lock",
         "fcntl": "waiting for a file lock (fcntl)",
         "open": "opening a file (a FIFO with no other end, or a slow filesystem)",
-    }.get(call) or _from_wchan(wchan) or "in system call %d" % number
+    }.get(call, "")
+
+
+def _blocked_in(call, wchan):
+    if call is None:
+        return ""
+    name, number, args = call
+    if name in ("read", "write", "connect", "accept"):
+        return _fd_call(name, args[0])
+    return words(name) or _from_wchan(wchan) or "in system call %d" % number
 
 
 def _from_wchan(wchan):

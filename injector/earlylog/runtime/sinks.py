@@ -123,8 +123,24 @@ def file_name(started, ident):
     return "-".join(parts) + ".log"
 
 
+def _absolute(config):
+    """A relative EARLYLOG_DIR or EARLYLOG_FILE names a place under this process's cwd: a child
+    started in another folder would log elsewhere, and the run's report would miss it. Made
+    absolute once, in the environment too, by the first process of the tree; its children inherit it."""
+    for name, attr in (("EARLYLOG_DIR", "dir"), ("EARLYLOG_FILE", "file")):
+        value = getattr(config, attr)
+        if value and not os.path.isabs(value):
+            try:
+                value = os.path.abspath(value)
+            except OSError:  # the cwd was removed: the place stays relative, as given
+                continue
+            setattr(config, attr, value)
+            os.environ[name] = value
+
+
 def open_log(config, ident, started, explicit=None):
     """Open this process's log file, falling back step by step; returns (fd, path) or (None, None)."""
+    _absolute(config)
     wanted = explicit or config.file
     if wanted:
         try:

@@ -5,6 +5,7 @@ import os
 import time
 
 POLL = 0.05
+MAX_OUTPUT = 4 << 20  # bytes kept of a to_file program's output
 
 
 def which(program):
@@ -15,16 +16,22 @@ def which(program):
     return None
 
 
-def run(argv, timeout, env=None, stderr_too=False):
+def run(argv, timeout, env=None, stderr_too=False, to_file=False):
     """(status, output bytes): status is the exit code, None if the program's own os.wait() took
-    it, or "timeout" once it ran past timeout and was killed. Raises OSError if it cannot start."""
+    it, or "timeout" once it ran past timeout and was killed. Raises OSError if it cannot start.
+    to_file: the output goes to an anonymous file read at the end, never a pipe: a tool that
+    stops this process (gdb, py-spy) must not block on a full pipe only a stopped thread reads."""
+    if to_file and hasattr(os, "memfd_create"):
+        out = os.memfd_create("earlylog-output", os.MFD_CLOEXEC)
+        try:
+            pid = _spawn(argv, env, out, stderr_too)
+            status = _reap(pid, time.monotonic() + timeout)
+            return status, os.pread(out, MAX_OUTPUT, 0)
+        finally:
+            os.close(out)
     read_end, write_end = os.pipe()
     try:
-        pid = os.posix_spawn(argv[0], argv, os.environ if env is None else env, file_actions=[
-            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_DUP2, write_end, 1),
-            (os.POSIX_SPAWN_DUP2, write_end, 2) if stderr_too else
-            (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)])
+        pid = _spawn(argv, env, write_end, stderr_too)
     except OSError:
         os.close(read_end)
         raise
@@ -49,6 +56,14 @@ def run(argv, timeout, env=None, stderr_too=False):
     finally:
         os.close(read_end)
     return _reap(pid, deadline), b"".join(chunks)
+
+
+def _spawn(argv, env, out, stderr_too):
+    return os.posix_spawn(argv[0], argv, os.environ if env is None else env, file_actions=[
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_DUP2, out, 1),
+        (os.POSIX_SPAWN_DUP2, out, 2) if stderr_too else
+        (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)])
 
 
 def _reap(pid, deadline):

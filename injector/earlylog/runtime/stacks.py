@@ -3,7 +3,7 @@ plus each pending asyncio task's await chain. It only reads; it must never block
 import sys
 import time
 
-from earlylog.runtime import threads as our_threads
+from earlylog.runtime import peers, threads as our_threads, waits
 
 MAX_FRAMES = 40
 SAMPLE = 0.2  # seconds between two CPU readings, to tell a busy thread from a blocked one
@@ -48,6 +48,8 @@ def lines(shares=None, skip_ident=None):
         out.append("thread %s (tid %s, ident 0x%x, %s)" % (name, tid or "?", ident, ", ".join(flags)))
         for part in (lambda: ["  " + kstate.describe(tid, shares.get(tid))] if tid else [],
                      lambda: ["  phase: " + phases.describe(ident)] if phases.describe(ident) else [],
+                     lambda: waits.notes(ident, frame, frames, threads),
+                     lambda: peers.lines(tid, ident, frame) if tid else [],
                      lambda: ["  " + f for f in frame_lines(frame)],
                      lambda: _asyncio_lines(frame)):
             try:

@@ -19,7 +19,7 @@ class Tee(io.BufferedIOBase):
     buffer and copies whole lines into the log file. Lock-free: partial lines are kept per thread,
     so two threads never mix their halves and a fork child inherits no held lock."""
 
-    def __init__(self, target, text, kind, logger):
+    def __init__(self, target, text, kind, logger, line_flush=False):
         super().__init__()
         self._target = target   # the original BufferedWriter: its fd, buffering and lock
         self._text = text       # the original TextIOWrapper, kept alive: its __del__ would close target
@@ -28,24 +28,48 @@ class Tee(io.BufferedIOBase):
         self.encoding = text.encoding or "utf-8"
         self._utf8 = self.encoding.lower().replace("_", "-") in ("utf-8", "utf8")
         self._pending = {}      # thread ident -> bytes of a line not ended yet
+        self._line_flush = line_flush  # live output into a pipe: flush each line (or \r redraw) here
+        # When the reader of a pipe goes away for good (EPIPE), Python's own buffering meets it in a
+        # write, which raises and drops what it could not write (exit status 1), or in a flush the
+        # program asked for, which keeps it buffered, so the exit-time flush fails again
+        # ("Exception ignored", status 120). Our line flushes must not turn the first into the second.
+        self._held = False      # a line flush of ours met a gone reader: Python would still buffer
+        self._dropped = False   # a write met it: what it left buffered counts as dropped
 
     def write(self, data):
+        chunk = bytes(data)  # the same object for bytes, which TextIOWrapper passes
         # Copied first, so the file has the line even when the console write fails. The usual
         # write, one whole ASCII line from a live print(), goes straight to the log (Logger.event
         # never raises); splitlines() also sees a \r, which only the general path handles.
-        if type(data) is bytes and self._utf8 and not self._pending and data.isascii() and data.endswith(b"\n"):
-            lines = data.splitlines()
-            if len(lines) == 1:
-                self.logger.event(self.kind, lines[0].decode(), console=False)
-                return self._target.write(data)
-        self._copy(data)
-        return self._target.write(data)
+        whole = not self._pending and self._utf8 and chunk.isascii() and chunk.endswith(b"\n")
+        lines = chunk.splitlines() if whole else ()
+        if len(lines) == 1:
+            self.logger.event(self.kind, lines[0].decode(), console=False)
+        else:
+            self._copy(chunk)
+        try:
+            written = self._target.write(data)
+        except BaseException as exc:
+            self._dropped = isinstance(exc, BrokenPipeError)
+            _hide_frame(exc)
+            raise
+        self._dropped = False
+        # find(), not `in`: bytes' `in` first tries its argument as an int, and pays for the TypeError.
+        if self._line_flush and not self._held and (chunk.find(b"\n") >= 0 or chunk.find(b"\r") >= 0):
+            try:
+                self._target.flush()
+            except BrokenPipeError:
+                self._held = True  # silent, as a buffered line is without earlylog; the write after raises
+            except BaseException as exc:
+                _hide_frame(exc)
+                raise
+        return written
 
     def _copy(self, data):
         try:
             self.logger.touch()
             me = get_ident()
-            chunk = self._pending.pop(me, b"") + bytes(data)
+            chunk = self._pending.pop(me, b"") + data
             lines = chunk.split(b"\n")
             rest = lines.pop()
             if len(rest) > MAX_PENDING:
@@ -79,12 +103,16 @@ class Tee(io.BufferedIOBase):
         self._pending = {}
 
     def flush(self):
-        if on_main_flush is not None and get_ident() == _MAIN:
-            try:
-                sys._getframe(1)  # a Python caller: not the interpreter's own flush
-            except ValueError:  # C code called us with no Python frame above (see on_main_flush)
-                on_main_flush()
-        return self._target.flush()
+        if on_main_flush is not None and get_ident() == _MAIN and not _has_caller():
+            on_main_flush()
+        if self._dropped:
+            return  # nothing is left to flush without earlylog (see __init__)
+        try:
+            self._target.flush()
+        except BaseException as exc:
+            _hide_frame(exc)
+            raise
+        self._held = False
 
     def close(self):
         # The std streams never close their fd (closefd=False); closing the original buffer here
@@ -132,6 +160,25 @@ class Tee(io.BufferedIOBase):
         return self._target.mode
 
 
+def _hide_frame(exc):
+    """Let an error of the stream below pass up as if this layer were not there: Python 3.11+
+    re-raises an exception with the traceback it carries, so the program's traceback reads as
+    without earlylog (3.9 and 3.10 re-raise the traceback saved on entry, with this frame)."""
+    tb = exc.__traceback__
+    if tb is not None and tb.tb_frame is sys._getframe(1):
+        exc.__traceback__ = tb.tb_next
+
+
+def _has_caller():
+    """False when C code called us with no Python frame above: the interpreter's own flush after
+    the main script ends, or at shutdown (see on_main_flush)."""
+    try:
+        sys._getframe(2)
+        return True
+    except ValueError:
+        return False
+
+
 def _is_pipe(stream):
     try:
         mode = os.fstat(stream.fileno()).st_mode
@@ -150,13 +197,28 @@ def tees():
     return [t for t in (_tee(sys.stdout), _tee(sys.stderr)) if t is not None]
 
 
+def unfinished(ident):
+    """The line thread `ident` has begun on stdout or stderr and not ended, e.g. the prompt
+    `Continue? [y/N] ` that input() printed before it waits; '' if none. For the watchdog thread:
+    only our own exact types are looked into, so a program's own sys.stdout object runs no code."""
+    for stream in (sys.stdout, sys.stderr):
+        if type(stream) is io.TextIOWrapper and type(stream.buffer) is Tee:
+            tee = stream.buffer
+            pending = tee._pending.get(ident)
+            if pending:
+                return pending.rsplit(b"\r", 1)[-1].decode(tee.encoding, "backslashreplace")
+    return ""
+
+
 def _wrap(stream, kind, logger, live):
     """A new TextIOWrapper like `stream` but over a Tee; the same encoding, errors and newline."""
     stream.flush()
     pipe = _is_pipe(stream)
-    tee = Tee(stream.buffer, stream, kind, logger)
+    # Into a pipe, every write reaches the Tee at once and the Tee flushes whole lines itself (it
+    # tells its own flushes from the program's; see Tee.__init__); elsewhere Python line-buffers.
+    tee = Tee(stream.buffer, stream, kind, logger, line_flush=live and pipe)
     wrapper = io.TextIOWrapper(tee, encoding=stream.encoding, errors=stream.errors, newline="\n",
-                               line_buffering=live or stream.line_buffering,
+                               line_buffering=(live and not pipe) or stream.line_buffering,
                                write_through=(live and pipe) or stream.write_through)
     wrapper.mode = "w"
     return wrapper

@@ -8,6 +8,20 @@ import _thread
 _ours = {}     # ident -> name of each thread we started
 _natives = {}  # ident -> kernel tid, for ours and the main thread (threading may not be there)
 _main = [None]  # ident of the thread that ran boot: the main thread, or the forking one in a child
+_alone = [False]  # this process must never get another thread: see forked()
+
+
+def forked():
+    """In a fork child, before remember_main(). A child forked by a thread other than its parent's
+    main one ends when that thread returns, without exit(): a thread of ours (or faulthandler's
+    timer thread) would keep it alive for ever. So would one in any child it forks in turn."""
+    if _main[0] is not None and _thread.get_ident() != _main[0]:
+        _alone[0] = True
+
+
+def may_start():
+    """False in a process that must end when its only thread returns (see forked())."""
+    return not _alone[0]
 
 
 def remember_main():
@@ -17,7 +31,11 @@ def remember_main():
 
 
 def start(name, target, *args):
-    """Start a daemon-like thread (it never keeps the interpreter alive) running target(*args)."""
+    """Start a daemon-like thread (it never keeps the interpreter alive) running target(*args);
+    nothing where no thread may start (see forked())."""
+    if _alone[0]:
+        return
+
     def run():
         me = _thread.get_ident()
         _ours[me], _natives[me] = name, _thread.get_native_id()

@@ -1,52 +1,36 @@
 """The watchdog: fatal-signal and SIGTERM stacks, stall, periodic and on-demand dumps, fork care.
-It must never keep a process alive, block, steal a program's handler or timer, or change an exit status."""
+It must never keep a process alive, block, pause a process, steal a program's handler, signal or
+timer (faulthandler is shared through fault.py), or change an exit status."""
 import _thread
-import faulthandler
 import os
 import sys
 import time
 
-from earlylog.runtime import state, threads
+from earlylog.runtime import fault, state, threads
 
 BEAT_MAX = 5.0      # the watchdog thread wakes at least this often (idle cost: one wake per beat)
 GROWTH_CAP = 3600.0  # stall dumps come at S, 2S, 4S ... of silence, at least once an hour after
+# `earlylog dump` asks for a dump by creating this file (% pid) in the process's log folder; the
+# watchdog looks for it at every beat. A file, not a signal: SIGUSR1 stays the program's (its
+# default action kills, and a program that checks getsignal() must see what it set).
+REQUEST = ".dump-%d"
 
 _state = None         # this process's Watchdog; a fork child builds its own in start()
-# faulthandler has one timer per process. Ours is re-armed every beat; a program (or pytest's
-# faulthandler_timeout) that arms its own must keep it, so those calls are wrapped to tell us.
-_arm_later = faulthandler.dump_traceback_later
-_cancel_later = faulthandler.cancel_dump_traceback_later
-_program_timer = False  # the program armed faulthandler's timer: it is theirs from then on
-_fatal_ours = False     # faulthandler.enable() was ours (not PYTHONFAULTHANDLER's)
 
 
 def start(logger):
-    """Arm faulthandler (fatal signals, SIGTERM, the GIL-free timer), SIGUSR1, and the thread."""
+    """Arm faulthandler (fatal signals, SIGTERM, the GIL-free timer) and start the watchdog thread."""
     global _state
+    if not state.installed:
+        fault.install()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent)
+    threads.remember_main()
     watchdog = Watchdog(logger)
     _state = watchdog
     watchdog.arm()
-    if not state.installed and hasattr(os, "register_at_fork"):
-        os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent)
-        faulthandler.dump_traceback_later = _users_timer(_arm_later)
-        faulthandler.cancel_dump_traceback_later = _users_timer(_cancel_later)
-    threads.remember_main()
-    threads.start("earlylog-watchdog", watchdog.run)
-
-
-def _users_timer(original):
-    """faulthandler's timer function, handing the timer to the program for good once it calls it."""
-    def wrapper(*args, **kwargs):
-        global _program_timer
-        _program_timer = True
-        watchdog = _state
-        if watchdog is not None and watchdog.timeout:
-            watchdog.timeout = 0
-            watchdog.logger.event("note", "the program arms faulthandler's timer itself; earlylog's "
-                                          "GIL-held stack dumps are off in this process", console=False)
-        return original(*args, **kwargs)
-    wrapper.__name__, wrapper.__doc__ = original.__name__, original.__doc__
-    return wrapper
+    if watchdog.threaded:
+        threads.start("earlylog-watchdog", watchdog.run)
 
 
 def _before_fork():
@@ -58,7 +42,7 @@ def _before_fork():
     try:
         watchdog.forking = True
         if watchdog.timeout:
-            _cancel_later()
+            fault.cancel_timer()
         watchdog.warn_fork()
     except BaseException:  # never let an exception reach the application's fork()
         pass
@@ -75,16 +59,6 @@ def _after_fork_in_parent():
         pass
 
 
-def _on_sigusr1(signum, frame):
-    """Python-level SIGUSR1 handler: only wakes the watchdog thread, which writes the dump."""
-    watchdog = _state
-    # In a fork child before its own start(), _state is the parent's, whose Event lock the
-    # parent's watchdog thread may have held at fork time: never touch it there.
-    if watchdog is not None and watchdog.pid == os.getpid():
-        watchdog.requests.append("SIGUSR1 (kill -USR1 %d)" % os.getpid())
-        watchdog.wake.set()
-
-
 class Watchdog:
     """One process's watchdog state; its thread runs run(), everything else runs in the caller."""
 
@@ -94,18 +68,24 @@ class Watchdog:
         self.stall = logger.config.stall
         self.every = logger.config.dump_every
         self.beat = min(max(self.stall / 2, 0.25), BEAT_MAX) if self.stall else BEAT_MAX
+        # A child forked by a thread other than main ends when that thread returns (no exit()
+        # runs): a thread of ours, or faulthandler's timer thread, would keep it alive for ever.
+        self.threaded = threads.may_start()
         # The GIL-free timer fires only when the watchdog thread missed its turn for a whole
         # stall: the main thread holds the GIL in C code, so Python cannot look (docs/design.md#gil-free-timer).
-        self.timeout = self.stall + self.beat if self.stall and not _program_timer else 0
+        self.timeout = self.stall + self.beat if self.stall and self.threaded else 0
         self.fd = self._dump_fd()
         self.log_fd = logger.fd
+        # The request file of `earlylog dump`, absolute now: the program may change its cwd later.
+        self.request = os.path.join(os.path.abspath(os.path.dirname(logger.path)), REQUEST % self.pid) \
+            if logger.path and self.threaded else None
         self.wake = threads.Wakeup()
-        self.requests = []
         self.forking = False
         self.warned_forks = set()
         self.native_done = False
         self.last_beat = time.monotonic()
         self.cpu_at_beat = None
+        self.title = None  # the process title last written in a note
 
     def _dump_fd(self):
         """The log file; without one, the console's own (non-blocking) fd; None if neither."""
@@ -118,49 +98,44 @@ class Watchdog:
         # _signal, not signal: the same functions without signal.py's enum wrappers, which cost
         # over 1 ms of every process's start-up (docs/design.md#_signal-not-signal).
         import _signal as signal
+        # A C-level SIGTERM handler dumps even while C code holds the GIL, then chains to the
+        # previous handler (SIG_DFL: exit status -15 at once, as without earlylog).
+        self.signum = signal.SIGTERM if signal.getsignal(signal.SIGTERM) != signal.SIG_IGN else None
+        fault.aim(self.fd, self.signum)
         if self.fd is None:
             self.logger.event("WARNING", "no log file and the console is a socket or off: fatal-signal, "
                                          "SIGTERM and GIL-held stack dumps are off in this process")
+        elif fault.program_fatal:
+            # PYTHONFAULTHANDLER / -X faulthandler: the program chose where crash stacks go.
+            self.logger.event("note", "the program enabled faulthandler itself: fatal-signal stacks "
+                                      "go where it sends them (usually stderr), not here", console=False)
+        self.rearm_timer()  # at start, from the main thread (docs/design.md#gil-free-timer)
+        if not self.threaded:
+            what = "stall and on-demand dumps are off in this process: it was forked by a thread other than " \
+                   "main and ends when that thread returns, which a thread of earlylog's would prevent"
+        elif self.request is None:
+            what = "%s; no on-demand dumps without a log file" % self._stalls()
         else:
-            global _fatal_ours
-            if faulthandler.is_enabled() and not _fatal_ours:
-                # PYTHONFAULTHANDLER / -X faulthandler: the program chose where crash stacks go.
-                self.logger.event("note", "the program enabled faulthandler itself: fatal-signal stacks "
-                                          "go where it sends them (usually stderr), not here", console=False)
-            else:
-                extra = {"c_stack": True} if sys.version_info >= (3, 14) else {}
-                faulthandler.enable(file=self.fd, all_threads=True, **extra)
-                _fatal_ours = True  # a fork child inherits it enabled, on our file: re-aim it
-            if signal.getsignal(signal.SIGTERM) != signal.SIG_IGN:
-                # A C-level handler: dumps even while C code holds the GIL, then chains to the
-                # previous handler (SIG_DFL: exit status -15 at once, as without earlylog).
-                faulthandler.register(signal.SIGTERM, file=self.fd, all_threads=True, chain=True)
-            self.rearm_timer()  # at start, from the main thread (docs/design.md#gil-free-timer)
-        usr1 = hasattr(signal, "SIGUSR1") and signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, _on_sigusr1)
-        if usr1:
-            signal.signal(signal.SIGUSR1, _on_sigusr1)
-        self.logger.event("note", "watchdog: %s%s; fatal signals and SIGTERM write every thread's stack here "
+            what = "%s; `earlylog dump %d` writes them now" % (self._stalls(), self.pid)
+        self.logger.event("note", "watchdog: %s; fatal signals and SIGTERM write every thread's stack here "
                           "(a bare \"Current thread 0x...\" block with no \"Fatal Python error\" or "
-                          "\"Timeout\" line above it is the stack at SIGTERM)"
-                          % ("stacks after %g s of silence" % self.stall if self.stall else "stall dumps off",
-                             "; kill -USR1 %d dumps them now" % self.pid if usr1 else
-                             "; SIGUSR1 is the program's own, so no on-demand dumps"), console=False)
+                          "\"Timeout\" line above it is the stack at SIGTERM)" % what, console=False)
+
+    def _stalls(self):
+        return "stacks after %g s of silence" % self.stall if self.stall else "stall dumps off"
 
     def _lost_file(self):
         """The program closed our log fd (the logger noticed): its number may be a file of the
         program's now, so faulthandler must stop writing there."""
-        import _signal
         self.fd = None
         if self.timeout:
-            _cancel_later()
+            fault.cancel_timer()
             self.timeout = 0
-        faulthandler.unregister(_signal.SIGTERM)
-        if _fatal_ours:
-            faulthandler.disable()
+        fault.aim(None, self.signum)
 
     def rearm_timer(self):
         if self.timeout and self.fd is not None and not self.forking:
-            _arm_later(self.timeout, repeat=False, file=self.fd)
+            fault.arm_timer(self.timeout)
 
     def run(self):
         try:
@@ -183,8 +158,8 @@ class Watchdog:
                 self._lost_file()
             self._check_gil(now)
             self.rearm_timer()
-            while self.requests:
-                self.dump(self.requests.pop(0))
+            if self.request is not None and self._requested():
+                self.dump("on request (earlylog dump)")
             silent_since = self.logger.last_activity
             if self.stall:
                 if episode is not None and silent_since != episode:
@@ -205,6 +180,14 @@ class Watchdog:
                     self._quiet("mem", text)
                 next_mem = now + breadcrumbs.EVERY
 
+    def _requested(self):
+        """One system call a beat, no lock: taking the request away is the answer to it."""
+        try:
+            os.unlink(self.request)
+        except OSError:
+            return False
+        return True
+
     def _deadlines(self, next_mem, next_every, next_at):
         deadlines = [self.last_beat + self.beat, next_mem]
         if self.stall:
@@ -217,7 +200,7 @@ class Watchdog:
         from earlylog.runtime import kstate
         cpu = kstate.process_cpu_seconds()
         gap = now - self.last_beat
-        if self.timeout and self.fd is not None and gap > self.timeout:
+        if self.timeout and not fault.program_timer and self.fd is not None and gap > self.timeout:
             share = (cpu - self.cpu_at_beat) / gap if None not in (cpu, self.cpu_at_beat) else 0
             how = "computing (%d%% of a core)" % round(share * 100) if share >= 0.2 else "blocked"
             self._quiet("stall", "the GIL was held for %.0f s: the watchdog thread could not run while C code "
@@ -229,7 +212,8 @@ class Watchdog:
         shares, whole = stacks.cpu_shares()
         phase = phases.describe(threads.main_ident()) or next(
             (phases.describe(tid) for tid in phases.current()), "")
-        if whole >= 0.2:
+        busy = whole >= 0.2
+        if busy:
             state = "busy: CPU time still rising (%d%% of a core), computing rather than hung" % round(whole * 100)
         else:
             state = "blocked: no CPU used; each thread below says on what"
@@ -237,11 +221,13 @@ class Watchdog:
             silence, " (phase %s)" % phase if phase else "", state, self.logger.path or "the console"),
             console=True)
         self.dump("stall after %.0f s of silence" % silence, shares)
-        if self.logger.config.native and not self.native_done:
-            self.native_done = True  # once per process: the tool pauses every thread while it reads
+        # Reading native stacks stops every thread of the process: never a busy one (busy is not
+        # stuck), and once per process, only where a thread blocked in C is worth the pause.
+        if self.logger.config.native and not self.native_done and not busy:
+            self.native_done = True
             from earlylog.runtime import native
             if self.timeout:
-                _cancel_later()  # the tool may take seconds; that is not the GIL being held
+                fault.cancel_timer()  # the tool may take seconds; that is not the GIL being held
             header, lines = native.stacks(self.pid)
             self._quiet("dump", header, lines)
             self.last_beat = time.monotonic()
@@ -252,8 +238,18 @@ class Watchdog:
         from earlylog.runtime import stacks
         if shares is None:
             shares = stacks.cpu_shares()[0]
+        self._note_title()
         more, count = stacks.lines(shares, skip_ident=_thread.get_ident())
         self._quiet("dump", "%s (%d thread%s)" % (reason, count, "" if count == 1 else "s"), more)
+
+    def _note_title(self):
+        """Ray renames a worker after the task it runs (`ray::hang_forever`), as setproctitle users
+        do: a note before the stacks names the task, which the start line's argv cannot."""
+        from earlylog.runtime import identity, redact
+        now = identity.title(self.logger.ident.argv)
+        if now and now != self.title:
+            self.title = now
+            self._quiet("note", "process title: " + " ".join(redact.argv(now.split())))
 
     def _quiet(self, kind, text, more=(), console=None):
         """Write an event that is not a sign of life: silence goes on being measured from before it."""

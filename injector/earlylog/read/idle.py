@@ -1,0 +1,164 @@
+"""Idle or stuck: a silent process whose threads are parked waiting for work (an event loop with
+nothing of the user's pending, a server's serve_forever, a pool worker's empty queue, a sleep loop)
+is idle, not stuck. It decides from the frames of the last stall dump and the kernel state of each
+thread (docs/design.md#idle-is-not-stuck). It only judges, and must never call idle a thread that
+waits inside a task of the user's: for a reply, a lock, a child or a peer."""
+import os
+import re
+
+from earlylog.read.frames import library
+
+# Library frames that may call the user's code without making it a task: the interpreter running a
+# script or module, an import, a thread or a multiprocessing child running its target. Any other
+# library frame that calls the user's code (a Ray worker, a pool, a test runner, a request handler)
+# runs it as a task, and a task waiting for anything, a sleep included, is not idle.
+_ENTRY = (("runpy.py", None), ("<frozen runpy>", None), ("<frozen importlib._bootstrap>", None),
+          ("<frozen importlib._bootstrap_external>", None),
+          ("threading.py", ("run", "_bootstrap_inner", "_bootstrap")),
+          ("multiprocessing/process.py", ("run", "_bootstrap")))
+# Where a thread parks between pieces of work, and the words for it. The frames inside such a frame
+# may only be the waiting itself (_PLUMBING).
+_WORK = (("socketserver.py", "serve_forever", "waiting for work in serve_forever"),
+         ("grpc/_server.py", "wait_for_termination", "waiting for work in a gRPC server"),
+         ("concurrent/futures/thread.py", "_worker", "waiting for work in a thread pool"),
+         ("concurrent/futures/process.py", "_process_worker", "waiting for work in a process pool"),
+         ("multiprocessing/pool.py", "worker", "waiting for tasks in a multiprocessing pool"),
+         ("ray/_private/worker.py", "main_loop", "waiting for tasks in Ray's worker loop"))
+_QUEUES = ("queue.py", "multiprocessing/queues.py")
+_PLUMBING = ("selectors.py", "threading.py", "queue.py", "multiprocessing/queues.py",
+             "multiprocessing/connection.py", "multiprocessing/synchronize.py")
+# A library's own run loop sleeping between rounds (Ray's monitor, torchrun's agent): known by the
+# name of the sleeping function. A library sleeping elsewhere (a file lock's retry loop) is waiting.
+_RUN_LOOP = re.compile(r"(?:^|_)(?:run|loop|forever|serve|monitor)(?:_|$)")
+# asyncio awaits that mean a task waits for work: a server, a queue, a sleep.
+_ASYNC_WORK = (("asyncio/base_events.py", "serve_forever"), ("asyncio/queues.py", "get"),
+               ("asyncio/tasks.py", "sleep"), ("grpc/aio/_server.py", "wait_for_termination"))
+# Worker pools that retitle a worker with no task to run: the pool's own word that it waits for one.
+_IDLE_TITLES = ("ray::IDLE",)
+_CHAIN_FRAME = re.compile(r"^(.*):(\d+) in (\S+)$")
+_TASKS = re.compile(r"^asyncio: (\d+) pending task")
+
+
+def reason(threads):
+    """`waiting for work in serve_forever` when every thread that matters is parked waiting for
+    work, else None. The threads that matter: those running the user's code, and the main thread;
+    a library's own helper threads (a watcher, a GC thread) wait for their events whatever the
+    program does. One busy Python thread (but a library's own run loop, working between rounds), or
+    one inside a phase, and the process is not idle (CPU used by native threads alone, such as Ray's
+    gRPC threads, does not count)."""
+    if any(n.startswith("phase:") for t in threads for n in t.notes):
+        return None
+    if any(_busy(t) and not _library_loop(t) for t in threads):
+        return None
+    mains = [t for t in threads if t.main]
+    deciders = [t for t in threads if (t.main and not _exiting(t)) or any(not library(f[0]) for f in t.frames)]
+    if not deciders and not mains:
+        deciders = threads
+    found = [_thread(t) for t in deciders]
+    if not found or not all(found):
+        return None
+    return found[0]
+
+
+def by_title(title):
+    """`waiting for tasks (its title is ray::IDLE)` for a worker its pool titles idle, else None."""
+    return "waiting for tasks (its title is %s)" % title if title in _IDLE_TITLES else None
+
+
+def _exiting(t):
+    """The main thread at interpreter exit, waiting for the program's other threads: they decide."""
+    return bool(t.frames) and t.frames[0][2] == "_shutdown" and _is(t.frames[0][0], "threading.py")
+
+
+def _thread(t):
+    frames = t.frames
+    if not frames or _in_task(frames):
+        return None
+    users = [i for i, f in enumerate(frames) if not library(f[0])]
+    inner = frames[:users[0] + 1] if users else frames  # the calls the innermost user frame is in
+    for check in (_work, _queue):
+        for i, frame in enumerate(inner):
+            words = check(frame, frames, t)
+            if words and all(_plumbing(f[0]) for f in inner[:i]):
+                return words
+    kernel = " ".join(n for n in t.notes if n.startswith("blocked:"))
+    path, _line, func = frames[0]
+    if "time.sleep" in kernel and (not library(path) or _library_loop(t)):
+        return "sleeping in %s (a loop that waits between rounds)" % func
+    if _busy(t) and _library_loop(t):
+        return "working in %s between rounds (a library's own run loop)" % func
+    if "select/poll" in kernel and _in_event_loop(frames):
+        return _loop_tasks(t)
+    return None
+
+
+def _busy(t):
+    return any(n.startswith("busy:") for n in t.notes)
+
+
+def _library_loop(t):
+    """A library's own run loop (no frame of the user's), itself the innermost frame: between two
+    rounds it sleeps or does its own work, such as Ray's log monitor reading log files."""
+    return bool(t.frames) and _RUN_LOOP.search(t.frames[0][2]) is not None and all(library(f[0]) for f in t.frames)
+
+
+def _in_task(frames):
+    """Is some frame of the user's called by a library frame that runs it as a task?"""
+    for i, frame in enumerate(frames[:-1]):
+        caller = frames[i + 1]
+        if not library(frame[0]) and library(caller[0]) and not _entry(caller):
+            return True
+    return False
+
+
+def _entry(frame):
+    return any(_is(frame[0], suffix) and (funcs is None or frame[2] in funcs) for suffix, funcs in _ENTRY)
+
+
+def _work(frame, _frames, _t):
+    path, _line, func = frame
+    if func == "serve_forever":
+        return "waiting for work in serve_forever"
+    return next((words for suffix, name, words in _WORK if func == name and _is(path, suffix)), None)
+
+
+def _queue(frame, frames, t):
+    """A thread or child process draining a queue waits for work; the program's main flow waiting
+    on a queue waits for a result, which may never come."""
+    path, _line, func = frame
+    if func == "get" and any(_is(path, q) for q in _QUEUES) and (
+            not t.main or any(_is(f[0], "multiprocessing/process.py") for f in frames)):
+        return "waiting for work in queue.get"
+    return None
+
+
+def _plumbing(path):
+    return any(_is(path, suffix) for suffix in _PLUMBING)
+
+
+def _in_event_loop(frames):
+    """Parked in the asyncio loop's own select: no callback of anyone's is running."""
+    return len(frames) >= 2 and _is(frames[0][0], "selectors.py") and frames[1][2] == "_run_once" \
+        and _is(frames[1][0], "asyncio/base_events.py")
+
+
+def _loop_tasks(t):
+    """An event loop waits for work when each pending task is a library's own, or awaits a server,
+    a queue or a sleep; a task of the user's awaiting anything else (a reply) is stuck."""
+    counted = next((int(m.group(1)) for m in (_TASKS.match(n) for n in t.notes) if m), None)
+    chains = [n.partition(": ")[2] for n in t.notes if n.startswith("task ")]
+    if counted is None:
+        return None if any(not library(f[0]) for f in t.frames) else "waiting for work in an asyncio event loop"
+    if counted > len(chains):
+        return None  # not every task was written: nothing can be said of the rest
+    for chain in chains:
+        frames = [m.groups() for m in (_CHAIN_FRAME.match(part) for part in chain.split(" > ")) if m]
+        if any(not library(path) for path, _line, _func in frames) and not any(
+                func == name and _is(path, suffix) for path, _line, func in frames for suffix, name in _ASYNC_WORK):
+            return None
+    return "waiting for work in an asyncio event loop"
+
+
+def _is(path, suffix):
+    """Is this the file `suffix` names (a file name, or the end of a path)?"""
+    return path == suffix or path.endswith(os.sep + suffix) or path.endswith("/" + suffix)

@@ -1,0 +1,124 @@
+"""Idle is not stuck: servers, event loops, worker queues and sleep loops waiting for work are
+`idle`, while a thread awaiting a reply, a result or a task's end stays `stalled`; a process its
+parent stops at the end of a run is `terminated`. Real processes, read back with `earlylog report`."""
+import os
+
+from support import earlylog, kill_tree, log_files, read, report_json, script, start, wait_for
+
+# Each program, by the tag its log gets, with the state the report must give it.
+PROGRAMS = {
+    "asyncio_server": ("idle", """
+        import asyncio
+        async def handle(reader, writer):
+            writer.close()
+        async def main():
+            server = await asyncio.start_server(handle, "127.0.0.1", 0)
+            async with server:
+                await server.serve_forever()
+        asyncio.run(main())
+        """),
+    "http_server": ("idle", """
+        import http.server
+        server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+        server.serve_forever()
+        """),
+    "heartbeat": ("idle", """
+        import queue, threading, time
+        jobs = queue.Queue()
+        def consume():
+            while True:
+                jobs.get()
+        for _ in range(2):
+            threading.Thread(target=consume, daemon=True).start()
+        while True:
+            time.sleep(0.3)
+        """),
+    "fetch_reply": ("stalled", """
+        import socket
+        listener = socket.create_server(("127.0.0.1", 0))
+        client = socket.create_connection(listener.getsockname())
+        def fetch_reply():
+            client.sendall(b"ping")
+            return client.recv(100)
+        fetch_reply()
+        """),
+    "async_client": ("stalled", """
+        import asyncio, socket
+        listener = socket.create_server(("127.0.0.1", 0))
+        async def fetch_reply():
+            reader, writer = await asyncio.open_connection(*listener.getsockname())
+            return await reader.read(100)
+        asyncio.run(fetch_reply())
+        """),
+    "pool_task": ("stalled", """
+        import time
+        from concurrent.futures import ThreadPoolExecutor
+        def slow_task():
+            time.sleep(3600)
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(slow_task).result()
+        """),
+    "result_wait": ("stalled", """
+        import queue
+        results = queue.Queue()
+        def collect_result():
+            return results.get()
+        collect_result()
+        """),
+}
+
+
+def test_idle_programs_are_idle_and_waiting_ones_stuck(tmp_path, logdir):
+    procs = [start([script(tmp_path, code, name + ".py")], logdir) for name, (_, code) in PROGRAMS.items()]
+    try:
+        def all_dumped():
+            logs = {os.path.basename(f).rsplit("-", 1)[1][:-4]: read(f) for f in log_files(logdir)}
+            return set(logs) == set(PROGRAMS) and all("dump: stall" in text for text in logs.values())
+        wait_for(all_dumped)
+        rep = report_json(logdir)
+        text = earlylog("report", logdir).stdout
+    finally:
+        for proc in procs:
+            kill_tree(proc)
+    states = {p["tag"]: p["state"] for p in rep["processes"]}
+    assert states == {name: state for name, (state, _) in PROGRAMS.items()}, rep["verdict"]
+    procs = {p["tag"]: p for p in rep["processes"]}
+    assert procs["asyncio_server"]["idle"] == "waiting for work in an asyncio event loop"
+    assert procs["http_server"]["summary"].startswith("idle for ")
+    assert "waiting for work in serve_forever, in <module> at http_server.py:4" in procs["http_server"]["summary"]
+    assert procs["heartbeat"]["idle"].startswith("sleeping in <module>")
+    assert procs["fetch_reply"]["where"]["function"] == "fetch_reply"
+    assert procs["result_wait"]["where"]["function"] == "collect_result"
+    assert rep["verdict"][0] == "4 of 7 processes in trouble: 4 stuck"
+    assert not any("_server" in line or "heartbeat" in line for line in rep["verdict"])
+    assert "http_server idle" in text and "idle for" in text
+
+
+def test_children_stopped_by_their_parent_at_the_end_are_not_trouble(tmp_path, logdir):
+    path = script(tmp_path, """
+        import subprocess, sys, time
+        if sys.argv[1:] == ["serve"]:
+            import http.server
+            http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler).serve_forever()
+        children = [subprocess.Popen([sys.executable, __file__, "serve"]) for _ in range(2)]
+        time.sleep(3)  # both children dump their idle stacks (EARLYLOG_STALL=1)
+        children[0].terminate()
+        children[1].kill()
+        for child in children:
+            child.wait()
+        """, "supervisor.py")
+    proc = start([path], logdir)
+    try:
+        proc.wait(timeout=60)
+    finally:
+        kill_tree(proc)
+    rep = report_json(logdir)
+    parent = next(p for p in rep["processes"] if p["ppid"] not in {q["pid"] for q in rep["processes"]})
+    kids = [p for p in rep["processes"] if p is not parent]
+    assert parent["state"] == "exited" and len(kids) == 2
+    assert {p["state"] for p in kids} == {"terminated"}, [p["summary"] for p in kids]
+    assert all(p["summary"].startswith("stopped at the end of the run: ") for p in kids)
+    assert all(("then its parent %d (supervisor) exited with status 0" % parent["pid"]) in p["summary"] for p in kids)
+    assert rep["verdict"][0] == "3 processes, none in trouble: 1 exited, 2 terminated"
+    assert sorted(p["summary"].split(": ")[1].split(",")[0] for p in kids) == [
+        "ended by SIGTERM", "ended with no exit record (SIGKILL)"]
