@@ -92,8 +92,7 @@ def _dumped_in(logdir, function):
                for text in (read(f) for f in log_files(logdir)))
 
 
-OOM_HUNG = {"ray::hang_forever", "ray::Indexer.build"}
-DRIVER = """
+OOM_DRIVER = """
     import os, sys, time
     import ray
 
