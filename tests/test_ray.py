@@ -92,8 +92,7 @@ def _dumped_in(logdir, function):
                for text in (read(f) for f in log_files(logdir)))
 
 
-OOM_HUNG = {"ray::hang_forever", "ray::Indexer.build"}
-DRIVER = """
+OOM_DRIVER = """
     import os, sys, time
     import ray
 
@@ -137,5 +136,6 @@ def test_ray_worker_killed_by_the_memory_monitor_is_reported_killed(tmp_path, lo
     (killed,) = [p for p in rep["processes"] if p["state"] == "killed"]
     assert killed["killed_by"] == "Ray's memory monitor"
     assert "task name=grow_cache" in killed["summary"] and "pid=%d" % killed["pid"] in killed["summary"]
-    assert rep["verdict"][0] == "1 of %d processes in trouble: 1 killed by a signal" % rep["counts"]["processes"]
+    assert rep["verdict"][0] == "1 of %d processes in trouble: 1 killed by a signal" % rep["counts"]["processes"], \
+        rep["verdict"]
     assert rep["verdict"][1].startswith("pid %d (" % killed["pid"]) and "next: the node ran low on memory" in rep["verdict"][1]
