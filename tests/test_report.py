@@ -264,3 +264,16 @@ def test_a_clone_and_venv_under_a_folder_named_earlylog_keep_the_library_call(tm
     assert main["frame"] == {"file": "/home/u/earlylog/train.py", "line": 12, "function": "sync"}
     assert main["call"] == "barrier"
     assert [f["file"] for f in main["frames"]][0] == venv + "/torch/distributed/distributed_c10d.py"
+
+
+def test_a_program_that_execs_another_in_the_same_second_is_judged_by_the_newer(tmp_path):
+    # Ray's setup_worker execs default_worker: one pid, two files of the same second, the newer
+    # program's name sorting first. The newer program's stall is the story, whatever the names.
+    from support import stalled, thread, write
+    folder = tmp_path / "run"
+    stalled(folder, 4242, thread("MainThread", "0x7f01", [("/srv/job.py", 11, "hang_forever", "time.sleep(10)")],
+                                 main=True, daemon=False), tag="default_worker")
+    write(folder, 4242, [(-0.5, "start", "pid 4242 (parent 1) argv python setup_worker.py; log x (via pth, "
+                                         "earlylog 0.1.0 at /opt/earlylog, Python 3.11.7)", ())], tag="setup_worker")
+    (proc,) = verdict.judge(logread.read(str(folder)))["processes"]
+    assert proc["tag"] == "default_worker" and proc["where"]["function"] == "hang_forever"

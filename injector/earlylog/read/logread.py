@@ -191,10 +191,23 @@ class Clock:
         return base + int(stamp[20:23]) / 1000.0 if stamp[20:23].isdigit() else base
 
 
+def _started(path):
+    """A file's order among the others: its first line's time to the millisecond, else its name.
+    One pid may write two files in the same second (a program that execs another: Ray's
+    setup_worker becomes default_worker), and the older program must be read first."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(200).decode("utf-8", "replace")
+    except OSError:
+        head = ""
+    record = records.parse(head.partition("\n")[0]) if head else None
+    return (os.path.basename(path)[:15], record["time"] if record else "", os.path.basename(path))
+
+
 def read(path, progress=None):
     """Read every file of a folder into a Folder; progress(done, total) is called as files finish."""
     folder = Folder(path)
-    files = folder_files.log_files(path)
+    files = sorted(folder_files.log_files(path), key=_started)
     for i, name in enumerate(files):
         try:
             _read_file(folder, name)
