@@ -308,3 +308,30 @@ def test_a_relative_log_folder_is_exported_absolute(tmp_path):
     shown = run_python("import os; print(os.environ['EARLYLOG_DIR'])", env={"EARLYLOG_DIR": "logs"},
                        cwd=str(tmp_path))
     assert shown.out == "%s\n" % (tmp_path / "logs")
+
+
+def test_a_childs_stderr_read_as_data_holds_only_what_the_child_wrote(logdir):
+    # A program that captures a Python child's stderr reads it as data: earlylog's console lines
+    # must not be in it (the child's log file has them); an inherited stderr keeps them.
+    on = run_both("""
+        import subprocess, sys
+        r = subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('oops')"], capture_output=True)
+        print(repr(r.stderr), r.returncode)
+        """, logdir)
+    assert on.out.strip() == "b'oops' 0"
+    assert sum("console lines off" in read(f) for f in log_files(logdir)) == 1
+    inherited = run_python("import subprocess, sys; subprocess.run([sys.executable, '-c', 'pass'])", logdir=logdir)
+    assert inherited.err.count(" start: ") == 2  # the parent's console is the child's: both show
+
+
+def test_a_signal_the_program_blocks_waits_for_sigwait(logdir):
+    # earlylog's threads (and faulthandler's timer) start with every signal blocked, so a signal
+    # the program blocks in its threads stays pending for sigwait() instead of killing it there.
+    on = run_both("""
+        import os, signal, time
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR2])
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGUSR2)
+        print("got", signal.sigwait([signal.SIGUSR2]))
+        """, logdir, env={"EARLYLOG_STALL": "0.2"})
+    assert on.returncode == 0 and on.out.strip() == "got %d" % signal.SIGUSR2

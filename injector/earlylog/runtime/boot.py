@@ -87,7 +87,9 @@ def _start(origin, parent_tag=None):
     if parent_tag is not None:
         ident.forked(parent_tag)
     fd, path = sinks.open_log(config, ident, started, _log_arg(config, ident.argv))
-    logger = state.logger = sinks.Logger(config, ident, started, fd, path, sinks.Console(config.console))
+    reader = sinks.read_by_parent(config)
+    logger = state.logger = sinks.Logger(config, ident, started, fd, path,
+                                         sinks.Console("off" if reader else config.console))
     # The package folder lets a log reader know earlylog's own frames by location (a private
     # runtime copy lives elsewhere than the reader's package), never by a name in the path.
     # The grandparent links a process to its supervisor across a parent that does not log (Ray's
@@ -100,6 +102,9 @@ def _start(origin, parent_tag=None):
                     "; distributed " + ident.place if ident.place else ""))
     for problem in config.problems:
         logger.event("WARNING", problem)
+    if reader:
+        logger.event("note", "console lines off: this process's %s is read by its parent %d, itself an earlylog "
+                             "process, as data; they go to this log file only" % (config.console, reader))
     for name, feature in _features():
         try:
             feature(logger)

@@ -62,7 +62,9 @@ def _give_back():
 def arm_timer(seconds):
     """earlylog's timer: every thread's stack into its file after `seconds`, unless the program's."""
     if not program_timer and _fd is not None:
-        _REAL["dump_traceback_later"](seconds, repeat=False, file=_fd)
+        # Each call starts faulthandler's timer thread anew: it must not take the program's signals.
+        from earlylog.runtime import threads
+        threads.signals_blocked(_REAL["dump_traceback_later"], seconds, repeat=False, file=_fd)
 
 
 def cancel_timer():

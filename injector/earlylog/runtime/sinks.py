@@ -198,6 +198,38 @@ def _write_without_sigpipe(fd, data):
             _signal.pthread_sigmask(_signal.SIG_UNBLOCK, (pipe,))
 
 
+def read_by_parent(config):
+    """The parent's pid when this process's console stream is one its parent made to read it (not
+    the one the parent itself writes to) and that parent is itself an earlylog process; else None.
+    `subprocess.run(..., capture_output=True)` in a program reads its child's stderr as data
+    (compares it, parses it, fails on anything there): earlylog's lines must not appear in it.
+    A launcher that is no earlylog process (Node.js, a shell) shows the stream to a person, and a
+    stream inherited from the parent is the parent's own console: both keep the lines."""
+    fd = _CONSOLE_FDS.get(config.console)
+    folder = config.dir or (os.path.dirname(config.file) if config.file else None)
+    if fd is None or folder is None:
+        return None  # no console, or the first process of a default run: no earlylog parent
+    try:
+        if os.isatty(fd):
+            return None
+        ppid = os.getppid()
+        mine = os.readlink("/proc/self/fd/%d" % fd)
+        if os.readlink("/proc/%d/fd/%d" % (ppid, fd)) == mine:
+            return None
+        names = os.listdir("/proc/%d/fd" % ppid)
+    except OSError:  # closed, no /proc, or not ours to read: keep the console as it was asked
+        return None
+    inside = os.path.join(folder, "")
+    for name in names[-64:]:  # our log fd sits high, so among the last entries
+        try:
+            link = os.readlink("/proc/%d/fd/%s" % (ppid, name))
+        except OSError:
+            continue
+        if link.startswith(inside) or link == config.file:
+            return ppid
+    return None
+
+
 class Console:
     """The console channel: never blocks, never raises; lines it cannot deliver are counted."""
 

@@ -59,7 +59,8 @@ def run(argv, timeout, env=None, stderr_too=False, to_file=False):
 
 
 def _spawn(argv, env, out, stderr_too):
-    return os.posix_spawn(argv[0], argv, os.environ if env is None else env, file_actions=[
+    # setsigmask: the tool starts with no signal blocked, whatever our thread blocks.
+    return os.posix_spawn(argv[0], argv, os.environ if env is None else env, setsigmask=(), file_actions=[
         (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
         (os.POSIX_SPAWN_DUP2, out, 1),
         (os.POSIX_SPAWN_DUP2, out, 2) if stderr_too else

@@ -30,6 +30,22 @@ def remember_main():
     _natives[_main[0]] = _thread.get_native_id()
 
 
+def signals_blocked(call, *args, **kwargs):
+    """call(*args) with every signal blocked in this thread, so that a thread it creates (ours, or
+    faulthandler's timer) starts with all of them blocked: the kernel then hands a signal sent to
+    the process to one of the program's threads only. A signal the program blocks to collect it
+    with sigwait() would otherwise be delivered to our thread, and kill the process."""
+    import _signal
+    try:
+        old = _signal.pthread_sigmask(_signal.SIG_BLOCK, _signal.valid_signals())
+    except (AttributeError, OSError, ValueError):  # no pthread_sigmask here: nothing to keep apart
+        return call(*args, **kwargs)
+    try:
+        return call(*args, **kwargs)
+    finally:
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
+
+
 def start(name, target, *args):
     """Start a daemon-like thread (it never keeps the interpreter alive) running target(*args);
     nothing where no thread may start (see forked())."""
@@ -46,7 +62,7 @@ def start(name, target, *args):
         finally:  # idents are reused: a later program thread must not inherit our name
             _ours.pop(me, None)
             _natives.pop(me, None)
-    _thread.start_new_thread(run, ())
+    signals_blocked(_thread.start_new_thread, run, ())
 
 
 def main_ident():
