@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""earlylog's benchmark suite (issue 8): each cost it adds against a baseline from the same run.
+"""earlylog's benchmark suite: each cost it adds against a baseline from the same run.
 It never fails on a number: a missed budget is OVER in the table, a feature not built yet is n/a.
 
 Run it with the dev venv (it needs earlylog and torch there):
@@ -27,11 +27,11 @@ CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_child.py
 # The full run fits 5 minutes on 2 busy cores; --smoke (CI) only shows that every row runs.
 PLANS = {
     "full": dict(startup_rounds=60, torch_rounds=5, torch_steps=200, log_calls=2000, log_blocks=20,
-                 print_rounds=8, print_count=20000, idle_seconds=60, idle_pairs=3, stall_after=2,
-                 stall_runs=3, report_sizes=(1000, 2000), report_rounds=2, warmup=1),
+                 print_rounds=8, print_count=20000, busy_rounds=5, busy_seconds=3.5, idle_seconds=60,
+                 idle_pairs=3, stall_after=2, stall_runs=3, report_sizes=(1000, 2000), report_rounds=2, warmup=1),
     "smoke": dict(startup_rounds=3, torch_rounds=1, torch_steps=10, log_calls=200, log_blocks=3,
-                  print_rounds=2, print_count=500, idle_seconds=2, idle_pairs=1, stall_after=1,
-                  stall_runs=1, report_sizes=(10, 20), report_rounds=1, warmup=0),
+                  print_rounds=2, print_count=500, busy_rounds=1, busy_seconds=3, idle_seconds=2,
+                  idle_pairs=1, stall_after=1, stall_runs=1, report_sizes=(10, 20), report_rounds=1, warmup=0),
 }
 HUNTER_ON = "module='__main__'"  # hunter's own example filter: trace the main script only
 
@@ -185,6 +185,38 @@ def print_row(venvs, plan, work):
                   bench_stats.paired(samples["live"], samples["flush"]), 1.5, unit="us", scale=1e6)
 
 
+def pause_row(venvs, plan, work):
+    """The longest pause of a silent busy loop while its stall dumps are taken, EARLYLOG=1 against
+    unset: a busy process is not stuck, and nothing may stop it to look at it (native stacks are
+    asked for too, and must not be taken)."""
+    python, result = venvs.earlylog(), os.path.join(work, "pause-result")
+    logs = os.path.join(work, "pause-logs")
+    sides = {"on": child_env(EARLYLOG=1, EARLYLOG_STALL=1, EARLYLOG_NATIVE=1, EARLYLOG_DIR=logs), "off": child_env()}
+
+    def one(name):
+        run_ok([python, CHILD, "busy", result, str(plan["busy_seconds"])], sides[name])
+        return read_result(result)
+
+    samples = bench_stats.interleave(plan["busy_rounds"], sides, one, plan["warmup"])
+    dumps = _count_stalls(logs)
+    if not dumps:
+        raise RuntimeError("the busy loop got no stall dump: nothing was measured")
+    return judged("stall-pause", "longest pause of a silent busy loop over its stall dumps (%d in %d runs; "
+                  "EARLYLOG_STALL=1, EARLYLOG_NATIVE=1)" % (dumps, len(samples["on"]) + plan["warmup"]),
+                  "EARLYLOG unset", "< 50 ms added", bench_stats.paired(samples["on"], samples["off"]),
+                  0.05, "added")
+
+
+def _count_stalls(folder):
+    from earlylog.runtime import records
+    count = 0
+    for name in os.listdir(folder) if os.path.isdir(folder) else ():
+        with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as f:
+            count += sum(1 for r in filter(None, map(records.parse, f))
+                         if r["kind"] == "stall" and r["msg"].startswith("silent"))
+    return count
+
+
 class Sleepers:
     """The idle and stall children: they sleep, so they run beside the other rows and cost no time."""
 
@@ -266,7 +298,7 @@ class Sleepers:
     def _stall_latency(self, i):
         """Seconds from the child falling silent (its own timestamp, just after its last output) to
         its first stall:/dump: line, or None. earlylog's own later lines (probes) are not activity."""
-        from earlylog import records
+        from earlylog.runtime import records
         try:
             silent = read_result(os.path.join(self.work, "stall-%d-result" % i))
         except (OSError, ValueError, SyntaxError):
@@ -375,6 +407,7 @@ def main(argv=None):
         rows += guarded("torch", torch_rows, plan, work)
         rows += guarded("log-line", logline_row, venvs, plan, work)
         rows += guarded("print-live", print_row, venvs, plan, work)
+        rows += guarded("stall-pause", pause_row, venvs, plan, work)
         rows += guarded("idle", sleepers.rows)
         rows += guarded("report", report_row, venvs, plan, work)
     info["loadavg_end"] = os.getloadavg()

@@ -49,8 +49,8 @@ def torch_loop(result, steps):
 def log_line(result, calls, blocks):
     """earlylog.log() against the same bytes written by two raw os.write calls, block by block."""
     import earlylog
-    from earlylog import boot, records
-    logger = boot.logger
+    from earlylog.runtime import records, state
+    logger = state.logger
     if logger is None:
         raise SystemExit("earlylog did not start in this process")
     message = "epoch 3 step 1200: checkpoint saved to /data/run-7/ckpt-1200.pt"
@@ -81,6 +81,18 @@ def prints(result, count, flush):
     _result(result, (time.perf_counter() - began) / count)
 
 
+def busy(result, seconds):
+    """A silent busy loop (pure Python compute): the longest gap between two of its iterations."""
+    worst, last = 0.0, time.perf_counter()
+    end = last + float(seconds)
+    while last < end:
+        sum(range(300))
+        now = time.perf_counter()
+        worst = max(worst, now - last)
+        last = now
+    _result(result, worst)
+
+
 def idle(result, seconds):
     """A process that sleeps: its own CPU time over the window, and its resident memory."""
     rss_start, cpu = _rss_kib(), time.process_time()
@@ -97,6 +109,6 @@ def stall(result, seconds):
 
 
 if __name__ == "__main__":
-    scenario = {"torch": torch_loop, "logline": log_line, "print": prints, "idle": idle,
+    scenario = {"torch": torch_loop, "logline": log_line, "print": prints, "busy": busy, "idle": idle,
                 "stall": stall}[sys.argv[1]]
     scenario(*sys.argv[2:])

@@ -5,7 +5,7 @@ import random
 import time
 from types import SimpleNamespace
 
-from earlylog import records, sinks
+from earlylog.runtime import records, sinks
 
 HOSTS = ("gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04")
 
@@ -16,7 +16,7 @@ def _process(rng, pid, index, size):
     Yields (kind, text, continuation lines)."""
     yield "start", "pid %d (parent 4100) argv python train.py --config cfg.yaml; log /runs/r7/x.log " \
                    "(via pth, earlylog 0.1.0, Python 3.11.7)" % pid, ()
-    yield "note", "watchdog: stacks after 30 s of silence; kill -USR1 %d dumps them now" % pid, ()
+    yield "note", "watchdog: stacks after 30 s of silence; `earlylog dump %d` writes them now" % pid, ()
     for name in ("process", "stdio", "machine", "gpu", "packages"):
         yield "probe", "%s: %s" % (name, "x" * rng.randint(40, 120)), ()
     yield "phase", "begin import torch", ()

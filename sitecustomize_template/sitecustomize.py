@@ -20,10 +20,13 @@ def _say(sentence):
 
 
 def _start_earlylog():
-    if os.environ.get("EARLYLOG", "").strip().lower() in ("", "0", "false", "off", "no"):
-        return
     try:
-        from earlylog import boot  # the runtime beside this file, found through PYTHONPATH
+        # The runtime beside this file, found through PYTHONPATH; its package face is tiny and
+        # holds the one definition of the words that keep earlylog off.
+        import earlylog
+        if not earlylog.enabled():
+            return
+        from earlylog.runtime import boot
     except ImportError as exc:
         _say("EARLYLOG is set but no earlylog runtime sits beside %s (%s)" % (__file__, exc))
         return

@@ -1,12 +1,16 @@
 """One helper for every test: run a real interpreter with an explicit env and return what it left.
 Scenarios are a few lines on top of run_python(); timeouts come from EARLYLOG_TEST_TIMEOUT."""
+import glob
+import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import textwrap
 import time
 
-from earlylog import records  # the runtime's own parser (importing it starts nothing)
+from earlylog.runtime import records  # the runtime's own parser (importing it starts nothing)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT = float(os.environ.get("EARLYLOG_TEST_TIMEOUT", "60"))
@@ -117,3 +121,89 @@ def run_both(args, logdir, env=None, **kwargs):
     on = run_python(args, logdir=logdir, env=env, **kwargs)
     assert (on.returncode, on.out, user_text(on.err)) == (off.returncode, off.out, user_text(off.err)), on.err[-3000:]
     return on
+
+
+def python_3(minor):
+    """A working python3.<minor> from pyenv or PATH (a pyenv shim may not run), or None."""
+    pattern = os.path.expanduser("~/.pyenv/versions/3.%d.*/bin/python3.%d" % (minor, minor))
+    for exe in sorted(glob.glob(pattern)) + [shutil.which("python3.%d" % minor)]:
+        if exe and subprocess.run([exe, "-c", "pass"], capture_output=True).returncode == 0:
+            return exe
+    return None
+
+
+# Real runs read back with `earlylog report`: start a program in its own session, read its
+# report, kill its whole tree at the end.
+STALL = {"EARLYLOG_STALL": "1", "EARLYLOG_CONSOLE": "off"}
+
+
+def earlylog(*args, env=None):
+    """The `earlylog` command, run with EARLYLOG=1 on: it must still never log into the folder."""
+    full = clean_env(EARLYLOG=1, **(env or {}))
+    return subprocess.run([PYTHON, "-m", "earlylog"] + [str(a) for a in args], env=full,
+                          capture_output=True, text=True, timeout=TIMEOUT)
+
+
+def report_json(folder):
+    res = earlylog("report", "--json", folder, env={"EARLYLOG_DIR": folder})
+    assert res.stderr == "", res.stderr
+    return json.loads(res.stdout)
+
+
+def by_tag(rep, tag):
+    return [p for p in rep["processes"] if p["tag"] == tag]
+
+
+def start(args, logdir, program=PYTHON, cwd=None, **env):
+    """A real process (python, or another program such as node) in its own session, so the whole
+    tree can be killed at the end."""
+    full = clean_env(EARLYLOG=1, EARLYLOG_DIR=logdir, **STALL)
+    full.update({k: str(v) for k, v in env.items()})
+    return subprocess.Popen([program] + args, env=full, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True, cwd=cwd)
+
+
+def kill_tree(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=TIMEOUT)
+
+
+def kill_pid(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+# Small log folders written line by line in earlylog's own format, for the reader's pieces.
+T0 = 1767225600.0  # a fixed moment; the processes run on another host, so no liveness check applies
+FUTEX = "blocked: waiting on a lock, condition or event (futex) [kernel: futex_wait_queue]"
+
+
+def thread(name, ident, frames, state=FUTEX, notes=(), main=False, daemon=True):
+    flags = "daemon" if daemon else "not daemon"
+    head = ["thread %s (tid %d, ident %s, %s%s)" % (name, int(ident, 16) % 100000, ident, flags,
+                                                     ", main" if main else "")]
+    return head + ["  " + state] + ["  " + n for n in notes] + ["  %s:%d in %s: %s" % f for f in frames]
+
+
+def write(folder, pid, events, tag="app"):
+    """A log file of events (seconds after T0, kind, text, continuation lines); kind None is a raw line."""
+    folder.mkdir(exist_ok=True)
+    with open(folder / ("20260101-000000-node9-%d-%s.log" % (pid, tag)), "w") as f:
+        for at, kind, text, more in events:
+            f.write(text + "\n" if kind is None else
+                    records.format_lines("text", T0 + at, pid, tag, "node9", kind, text, more))
+
+
+def stalled(folder, pid, *threads, tag="app", extra=(), parent=1):
+    """A process that started, went silent and had one stall dump of these threads."""
+    lines = [x for t in threads for x in t]
+    write(folder, pid, [(0, "start", "pid %d (parent %d) argv python %s.py; log x (via pth, earlylog 0.1.0 at "
+                                     "/opt/earlylog, Python 3.11.7)" % (pid, parent, tag), ()),
+                        (0, "note", "watchdog: stacks after 1 s of silence; kill -USR1 %d dumps them now" % pid, ())]
+          + list(extra) + [(2, "stall", "silent for 1 s; blocked: no CPU used; stacks in x", ()),
+                           (2.2, "dump", "stall after 1 s of silence (%d threads)" % len(threads), lines)], tag)

@@ -1,16 +1,19 @@
 """Issue 2: after one install, EARLYLOG=1 turns earlylog on in every Python process, and
 nothing changes when it is unset. Each test spawns real interpreters and reads their logs."""
 import os
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from conftest import make_venv, pip_install
 from support import PYTHON, ROOT, TIMEOUT, clean_env, log_files, read, run_python, script
 
-from earlylog import pthline
+from earlylog.cli import pthline
 
 USER_SCRIPT = """
 import sys
@@ -189,6 +192,21 @@ def test_cli_bad_input_exits_2_with_one_sentence(tmp_path):
         assert old.returncode == 2 and "needs Python 3.9 or newer" in old.stderr
 
 
+def test_cli_says_what_to_pass_instead(tmp_path, bare_venv):
+    venv = os.path.dirname(os.path.dirname(bare_venv))
+    folder = earlylog_cli("install", "--python", venv)
+    assert folder.returncode == 2 and "is a folder, not an interpreter; pass --venv %s" % venv in folder.stderr
+    exe = earlylog_cli("install", "--venv", bare_venv)
+    assert exe.returncode == 2 and "pass --python %s" % bare_venv in exe.stderr
+    # earlylog installed by pip (this test's own environment) is removed by pip, and it says so
+    pip_installed = earlylog_cli("uninstall")
+    assert pip_installed.returncode == 2 and "-m pip uninstall earlylog" in pip_installed.stderr
+    env_help = earlylog_cli("env", "--help")
+    for option in ("--sh", "--json", "--cmd", "--powershell"):
+        line = next(line for line in env_help.stdout.splitlines() if line.strip().startswith(option))
+        assert len(line.split()) > 1, line  # every option has its own description
+
+
 def test_install_into_read_only_site_packages_is_refused(tmp_path):
     if os.geteuid() == 0:
         pytest.skip("root can write to a read-only folder; chmod cannot simulate it here")
@@ -258,9 +276,36 @@ def test_runtime_runs_on_other_pythons(version, tmp_path, logdir):
     assert "earlylog:" not in result.err, result.err
 
 
-def test_readme_demo_shows_where_the_silent_script_hangs():
-    demo = subprocess.run([PYTHON, os.path.join(ROOT, "scripts", "demo.py")], capture_output=True, text=True,
-                          timeout=TIMEOUT, env=clean_env())
+def test_readme_demo_shows_the_hang_and_prints_exactly_what_it_runs():
+    demo = subprocess.run([PYTHON, os.path.join("scripts", "demo.py")], capture_output=True, text=True,
+                          timeout=TIMEOUT, env=clean_env(), cwd=ROOT)
     assert demo.returncode == 0, demo.stdout + demo.stderr
     assert "demo_hang.py:15 in load_dataset" in demo.stdout
     assert "stalled for" in demo.stdout and "waiting on a lock" in demo.stdout
+    hang_line, report_line = [line[2:] for line in demo.stdout.splitlines() if line.startswith("$ ")]
+    words = shlex.split(hang_line)
+    settings = dict(w.split("=", 1) for w in words if "=" in w)
+    assert set(settings) == {"EARLYLOG", "EARLYLOG_STALL", "EARLYLOG_DIR"}
+    logdir = settings["EARLYLOG_DIR"]
+    [first] = log_files(logdir)
+    # The printed line, pasted into a shell in the same folder, runs the same program the same way.
+    again = subprocess.Popen(["bash", "-c", hang_line], cwd=ROOT, env=clean_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline and not any(
+                "dump: stall after 2 s" in read(p) for p in log_files(logdir) if p != first):
+            time.sleep(0.2)
+        first_text, [second_text] = read(first), [read(p) for p in log_files(logdir) if p != first]
+        report = subprocess.run(shlex.split(report_line.split("   (")[0]), capture_output=True, text=True,
+                                timeout=TIMEOUT, cwd=ROOT, env=clean_env())
+    finally:
+        os.killpg(again.pid, signal.SIGKILL)
+        again.communicate()
+        shutil.rmtree(logdir, ignore_errors=True)
+
+    def argv(text):
+        start = text.splitlines()[0]
+        return start[start.index(" argv "):start.index("; log ")]
+    assert argv(second_text) == argv(first_text) and "demo_hang.py:15 in load_dataset" in second_text
+    assert report.returncode == 1 and "in load_dataset at demo_hang.py:15" in report.stdout, report.stdout

@@ -69,7 +69,7 @@ def test_imports_behave_exactly_as_without_earlylog(tmp_path, logdir, python):
     path = _semantics_tree(tmp_path)
     env = {"EARLYLOG_CONSOLE": "off", "EARLYLOG_IMPORTS": "0.000001"}
     if python != PYTHON:  # not installed there: the way `earlylog run` reaches any Python
-        from earlylog import launch
+        from earlylog.cli import launch
         env.update(launch.variables({}))
     bare = run_python([path], python=python, enabled=False, cwd=str(tmp_path))
     logged = run_python([path], logdir=logdir, python=python, env=env, cwd=str(tmp_path))

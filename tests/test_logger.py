@@ -169,7 +169,7 @@ def _python312():
 
 @pytest.mark.skipif(_python312() is None, reason="needs a Python 3.12+ interpreter")
 def test_python312_sees_a_bare_raise_systemexit_in_dash_c(logdir):
-    from earlylog import launch
+    from earlylog.cli import launch
     env = launch.variables({})
     result = run_python("raise SystemExit(9)", logdir=logdir, python=_python312(), env=env)
     assert result.returncode == 9

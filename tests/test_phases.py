@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from earlylog import records
+from earlylog.runtime import records
 from support import PYTHON, clean_env, log_files, read, run_python, script, wait_for, wait_log
 
 pytestmark = pytest.mark.slow  # each test imports torch

@@ -97,7 +97,7 @@ def test_package_metadata_findings(tmp_path, logdir):
 
 
 def test_a_hung_nvidia_smi_is_killed_after_its_timeout(tmp_path, monkeypatch):
-    from earlylog import gpu
+    from earlylog.runtime import gpu
     fake = tmp_path / "nvidia-smi"
     fake.write_text("#!/bin/sh\nexec sleep 60\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)

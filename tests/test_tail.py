@@ -22,7 +22,8 @@ def test_lines_of_all_processes_merge_in_time_order(tmp_path, logdir):
     assert first.wait(timeout=TIMEOUT) == 0 and second.returncode == 0
     res = subprocess.run([PYTHON, "-m", "earlylog", "tail", "-n", "0", str(logdir)], env=clean_env(EARLYLOG=1),
                          capture_output=True, text=True, timeout=TIMEOUT)
-    assert res.returncode == 0 and res.stderr == ""
+    assert res.returncode == 0 and res.stderr == "earlylog tail: all %d lines of 2 log files in %s\n" % (
+        len(res.stdout.splitlines()), logdir)
     marks = [line for line in res.stdout.splitlines() if " mark: " in line]
     assert [m.split(" mark: ")[1] for m in marks] == ["a1 first", "b2 between", "a3 last"]
     assert marks[0].split()[1:3] == [str(first.pid), "cmd"]  # `HH:MM:SS.mmm pid tag mark: ...`
@@ -38,7 +39,7 @@ def test_follow_shows_processes_that_start_later(tmp_path, logdir):
         tail = subprocess.Popen([PYTHON, "-m", "earlylog", "tail", "-f", "-n", "1", str(logdir)],
                                 env=clean_env(), stdout=sink, stderr=subprocess.STDOUT)
     try:
-        wait_for(lambda: read(out).count("\n") >= 1)
+        wait_for(lambda: read(out).count("\n") >= 2)
         late = run_python("import earlylog, os; earlylog.log('late arrival %d' % os.getpid())", logdir=logdir)
         pid = int(late.text().split("mark: late arrival ")[1].split()[0])
         wait_for(lambda: "exit: status 0" in read(out).partition("mark: late arrival")[2])
@@ -47,7 +48,9 @@ def test_follow_shows_processes_that_start_later(tmp_path, logdir):
         status = tail.wait(timeout=TIMEOUT)
     text = read(out)
     assert status == 0 and "Traceback" not in text
-    assert " exit: status 0 " in text.splitlines()[0]  # -n 1: the old process's last line first
+    assert text.splitlines()[0] == "earlylog tail: the last 1 line of 1 log file in %s; -n N shows more " \
+                                   "(-n 0: all)" % logdir  # stderr, merged into this file by the test
+    assert " exit: status 0 " in text.splitlines()[1]  # -n 1: the old process's last line first
     assert "before tail" not in text  # -n 1 started at the old process's last line (its exit)
     assert "%d cmd start: pid %d" % (pid, pid) in text and "%d cmd mark: late arrival %d" % (pid, pid) in text
     assert os.listdir(logdir) and all(n.endswith(".log") for n in os.listdir(logdir))
@@ -60,3 +63,6 @@ def test_a_large_file_that_is_not_a_log_is_skipped_quickly(tmp_path, logdir):
     proc = subprocess.run([PYTHON, "-m", "earlylog", "tail", str(logdir)], capture_output=True, text=True,
                           timeout=30, env=clean_env())
     assert proc.returncode == 0 and "start:" in proc.stdout
+    # the default shows the last 20 lines and says how to see more
+    assert proc.stderr.startswith("earlylog tail: ") and "-n N shows more (-n 0: all)" in proc.stderr or \
+        proc.stderr.startswith("earlylog tail: all ")

@@ -1,6 +1,0 @@
-"""`python -m earlylog`: the same as the `earlylog` console command."""
-import sys
-
-from earlylog.cli import main
-
-sys.exit(main())

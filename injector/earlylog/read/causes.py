@@ -1,0 +1,30 @@
+"""A cause: the judged report's evidence turned into one sentence that says what is wrong, shows
+the evidence (thread, frame, pid) and gives the next step. Thread-level causes (locks, joins,
+exits, dead threads, the GIL, crashes) live in thread_causes.py, process-level ones (children,
+pipes, stdin, sockets, pools) in process_causes.py; verdict.py gathers and orders them. Also the
+words every cause uses for a process and a duration."""
+
+
+class Cause:
+    """One cause: `kind` (a short word such as "deadlock"), `text` (what is wrong, with its
+    evidence), `next` (the step a user can take), and the pids and thread names involved."""
+    __slots__ = ("kind", "text", "next", "pids", "threads")
+
+    def __init__(self, kind, text, next_step, pids=(), threads=()):
+        self.kind, self.text, self.next = kind, text, next_step
+        self.pids, self.threads = list(pids), list(threads)
+
+    def as_dict(self):
+        return {"kind": self.kind, "text": self.text, "next": self.next, "pids": self.pids,
+                "threads": self.threads}
+
+
+def label(d):
+    """How the report names a process: `rank 3`, or `pid 4242 (train)`."""
+    return "rank %d" % d["rank"] if d["tag"] and d["tag"].startswith("rank") and d["rank"] is not None \
+        else "pid %d (%s)" % (d["pid"], d["tag"])
+
+
+def secs(s):
+    """A duration as the report writes it: `0.4 s`, `41 s`."""
+    return "%.1f s" % s if s < 10 else "%.0f s" % s

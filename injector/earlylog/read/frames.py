@@ -1,0 +1,49 @@
+"""Frames as the reader shows them: which are the user's own, which library call the user's code
+is inside, and `func at file.py:12`. Frames are (path, line, function) tuples, innermost first.
+Pure functions of their arguments; they never read files or raise on odd paths."""
+import os
+import re
+
+_LIBRARY = re.compile(r"/(?:site|dist)-packages/|/lib/python\d|^<frozen")
+_WRAPPERS = ("wrapper", "inner", "marked", "decorate_context", "_fn", "__call__")
+
+
+def library(path):
+    """True for the standard library and installed packages: not the user's code. (earlylog's own
+    frames never get here: the reader drops them, knowing them by location.)"""
+    return bool(_LIBRARY.search(path))
+
+
+def user_frame(frames):
+    """The innermost frame of the user's own code (frames run innermost first), else the innermost."""
+    for frame in frames:
+        if not library(frame[0]):
+            return frame
+    return frames[0] if frames else None
+
+
+def call_name(frames):
+    """The library call the user's code is inside, e.g. `subprocess.run`, `barrier`; None if none."""
+    u = next((i for i, f in enumerate(frames) if not library(f[0])), None)
+    if u is None:
+        return None  # no user code on the stack (a launcher's own loop): no call of the user's to name
+    for path, _line, func in reversed(frames[:u]):
+        if func.startswith(("_", "<")) or func in _WRAPPERS:
+            continue
+        if "torch/distributed" in path:
+            return func
+        return "%s.%s" % (os.path.basename(path)[:-3] if path.endswith(".py") else os.path.basename(path), func)
+    return None
+
+
+def where(frame):
+    """`func at file.py:12`."""
+    return "%s at %s:%d" % (frame[2], os.path.basename(frame[0]), frame[1]) if frame else "an unknown place"
+
+
+def frame_dict(frame):
+    return {"file": frame[0], "line": frame[1], "function": frame[2]} if frame else None
+
+
+def frame_tuple(frame):
+    return (frame["file"], frame["line"], frame["function"]) if frame else None

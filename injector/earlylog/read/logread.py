@@ -1,0 +1,475 @@
+"""Reads a folder of earlylog logs, streaming, into one small model per process (host, pid).
+It only reads: it must never write into the folder, hold a whole file in memory, or raise on bad input."""
+import os
+import re
+import time
+from collections import namedtuple
+
+from earlylog import __version__
+from earlylog.read import files as folder_files
+from earlylog.runtime import identity, records
+
+# `path:line in function: source` (earlylog's dumps) or `File "path", line N[,] in function`
+# (faulthandler's raw crash output and Python tracebacks).
+_FRAME = re.compile(r'^\s*(?:File "(.+)", line (\d+),? in (\S+)|(\S.*?):(\d+) in (\S+?)(?:: .*)?)\s*$')
+_VERSION = re.compile(r"earlylog (\d+(?:\.\d+)+)")
+_EXIT = re.compile(r"status (-?\d+)")
+_OWN_AT = re.compile(r"earlylog \d+(?:\.\d+)+ at (/.*?), Python ")
+# This reader's own package folder; each log's start line names the folder of the copy that wrote it.
+OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# A plain-words line the runtime writes under a thread (`  blocked: ...`, `  held by: ...`): never a frame.
+_NOTE = re.compile(r"^  [a-z][a-z ]*: ")
+_IDENT = re.compile(r"\bident (0x[0-9a-f]+)|^(?:Current thread|Thread) (0x[0-9a-f]+)")
+_REPEATED = re.compile(r"^\[Previous line repeated (\d+) more times?\]$")
+_THREAD_DIED = re.compile(r"^in thread (.+?): (\S.*)$")
+_TIMEOUT = re.compile(r"^Timeout \((\d+):(\d\d):(\d\d(?:\.\d+)?)\)!")
+_STALL_AFTER = re.compile(r"^watchdog: stacks after (\d+(?:\.\d+)?) s of silence")
+_START = re.compile(r"^pid \d+ \(parent (\d+)\) (.*); log (.*) \(via ")
+_NAME = re.compile(r"^\d{8}-\d{6}-(.+)$")
+
+PROBE_LINES = 20        # a file with no earlylog line among its first lines is someone else's
+MAX_PROBE_LINE = 65536  # ... and a binary file's "lines" are read only this far while probing
+MAX_BLOCK = 600         # continuation lines kept per event (a dump of 40 threads fits)
+MAX_KEPT = 30           # warnings and closed phases kept per process (the newest)
+# Kinds that are the process itself doing something; the watchdog's own lines are not.
+LIFE = ("start", "exit", "exception", "phase", "out", "err", "mark", "fork", "probe")
+_RAW_KINDS = ("fatal", "gil", "signal")
+
+
+class Proc:
+    """What one process's lines say; `first`/`last` are epoch seconds (None if no timed line)."""
+
+    def __init__(self, host, pid):
+        self.host, self.pid = host, pid
+        self.ppid = self.tag = self.argv = self.version = None
+        self.own = None         # the folder of the earlylog copy that wrote this log
+        self.files = []
+        self.first = self.last = self.activity = None
+        self.exit_status = self.exit_time = None
+        self.exception = None   # Raised
+        self.repeated = 0       # that traceback's "[Previous line repeated N more times]", summed
+        self.deaths = []        # Died: threads that ended with an exception
+        self.stall_after = None  # the watchdog's stall threshold (EARLYLOG_STALL), from its note
+        self.gil = None         # faulthandler's Timeout: {"time", "seconds", "threads", "over"}
+        self.signal = None      # Signalled
+        self.crash = None       # {"what", "time", "threads"}
+        self.stall = None       # {"time", "text", "threads", "over", "dumped"[, "gil"]}
+        self.phases = []        # closed Phases; open ones in self.open
+        self.open = []
+        self.mem = []           # the first and the newest `mem:` texts
+        self.warnings = []
+        self.output = None      # the last line the program printed: (time, text), from `out:`/`err:`
+        self.block = None       # the Block whose `| ` lines are being read
+
+    @property
+    def rank(self):
+        tag = self.tag or ""
+        if tag.startswith("rank") and tag[4:].isdigit():
+            return int(tag[4:])
+        _, _, r = tag.rpartition(".r")
+        return int(r) if r.isdigit() else None
+
+
+# The exception that ended a thread (its `exception:` line and frames, innermost first).
+Raised = namedtuple("Raised", "text frames")
+# A thread that ended with an exception (`exception: in thread NAME: ...`): name, what, where, when.
+Died = namedtuple("Died", "thread text frames time")
+# A signal's stack (faulthandler's bare block at SIGTERM): what happened, when, which threads.
+Signalled = namedtuple("Signalled", "text time threads")
+
+
+class Block:
+    """An event with continuation lines (a dump, an exception, a crash) while it is being read."""
+    __slots__ = ("kind", "time", "text", "lines")
+
+    def __init__(self, kind, when, text, lines=None):
+        self.kind, self.time, self.text, self.lines = kind, when, text, lines or []
+
+
+class Phase:
+    """A phase of a process: name, begin and end (epoch seconds; end None while open), and its
+    outcome: "open", "ok" or "error: <exception>"."""
+    __slots__ = ("name", "begin", "end", "outcome")
+
+    def __init__(self, name, begin):
+        self.name, self.begin, self.end, self.outcome = name, begin, None, "open"
+
+
+class Thread:
+    """One thread of a dump or crash: its header, frames (innermost first) and plain-words notes."""
+
+    def __init__(self, header):
+        self.header = header
+        self.frames = []
+        self.notes = []
+
+    @property
+    def name(self):
+        if self.header.startswith("thread "):  # `thread NAME (tid ...)`: a name may hold spaces and brackets
+            return self.header[len("thread "):].rpartition(" (tid ")[0] or self.header.split()[-1]
+        if self.header.startswith(("Current thread 0x", "Thread 0x")):  # faulthandler writes no names
+            return "MainThread" if self._module_code() else self.ident
+        return self.header
+
+    @property
+    def main(self):
+        # faulthandler names no thread: the one whose outermost frame is module code is the main one
+        return "main)" in self.header or self.header.startswith("Current thread") or (
+            self.header.startswith("Thread 0x") and self._module_code())
+
+    @property
+    def ident(self):
+        """The thread's ident as written (`0x7f...`), from a dump's or faulthandler's header, or None."""
+        m = _IDENT.search(self.header)
+        return "0x%x" % int(m.group(1) or m.group(2), 16) if m else None
+
+    @property
+    def daemon(self):
+        """True or False from a dump's header; None where it is not written (faulthandler)."""
+        return None if "daemon" not in self.header else "not daemon" not in self.header
+
+    def _module_code(self):
+        return bool(self.frames) and self.frames[-1][2] == "<module>"
+
+
+class Folder:
+    """Every process found in one folder, plus one sentence per problem met while reading it."""
+
+    def __init__(self, path):
+        self.path = path
+        self.procs = {}
+        self.problems = []
+        self.foreign = []
+        self.unknown = 0        # lines of kinds this earlylog does not know
+        self.half_lines = 0
+        self.newer = None
+        self.epoch = Clock()
+
+    def proc(self, host, pid):
+        key = (host, pid)
+        p = self.procs.get(key)
+        if p is None:
+            p = self.procs[key] = Proc(host, pid)
+        return p
+
+
+class Clock:
+    """Epoch seconds of a record: its `ts` (JSON), else its local time text (parsed once per second)."""
+
+    def __init__(self):
+        self.seconds = {}
+
+    def __call__(self, record):
+        if record.get("ts") is not None:
+            try:
+                return float(record["ts"])
+            except (TypeError, ValueError):
+                return None
+        stamp = record["time"]
+        base = self.seconds.get(stamp[:19])
+        if base is None:
+            try:
+                base = self.seconds[stamp[:19]] = time.mktime(time.strptime(stamp[:19], "%Y-%m-%d %H:%M:%S"))
+            except (ValueError, OverflowError):
+                return None
+        return base + int(stamp[20:23]) / 1000.0 if stamp[20:23].isdigit() else base
+
+
+def read(path, progress=None):
+    """Read every file of a folder into a Folder; progress(done, total) is called as files finish."""
+    folder = Folder(path)
+    files = folder_files.log_files(path)
+    for i, name in enumerate(files):
+        try:
+            _read_file(folder, name)
+        except OSError as exc:
+            folder.problems.append("%s: cannot read it (%s)" % (os.path.basename(name), exc.strerror or exc))
+        except Exception as exc:  # input we did not foresee: keep what was read, say where it stopped
+            folder.problems.append("%s: stopped reading it (%r); the report shows what came before"
+                                   % (os.path.basename(name), exc))
+        if progress is not None:
+            progress(i + 1, len(files))
+    for p in folder.procs.values():
+        _close_block(p)
+    if folder.foreign:
+        folder.problems.append("%d file%s not earlylog logs, skipped: %s" % (
+            len(folder.foreign), " is" if len(folder.foreign) == 1 else "s are",
+            ", ".join(folder.foreign[:3]) + (", ..." if len(folder.foreign) > 3 else "")))
+    if folder.half_lines:
+        folder.problems.append("%d file%s end%s in a half-written line (a process killed mid-write); "
+                               "read what is there" % (folder.half_lines, "" if folder.half_lines == 1 else "s",
+                                                       "s" if folder.half_lines == 1 else ""))
+    if folder.unknown:
+        folder.problems.append("%d line%s of kinds this earlylog does not know, skipped"
+                               % (folder.unknown, "" if folder.unknown == 1 else "s"))
+    if folder.newer:
+        folder.problems.append("written by earlylog %s, newer than this earlylog %s: lines it does not "
+                               "know are skipped; upgrade earlylog to read everything" % (folder.newer, __version__))
+    return folder
+
+
+def host_from_name(path, pid):
+    """The host part of `<time>-<host>-<pid>-<role>.log` (safe_name form), or None."""
+    m = _NAME.match(os.path.basename(path))
+    if not m:
+        return None
+    host, sep, _ = m.group(1).rpartition("-%d-" % pid)
+    return host if sep and host else None
+
+
+def _read_file(folder, path):
+    base = os.path.basename(path)
+    with open(path, "rb") as f:
+        head, ours = [], False
+        while len(head) < PROBE_LINES:
+            line = f.readline(MAX_PROBE_LINE)
+            if not line:
+                break
+            head.append(line)
+            if parse(line.decode("utf-8", "replace")) is not None:
+                ours = True
+                break
+        if not ours:
+            folder.foreign.append(base)
+            return
+        state = {"proc": None, "hosts": {}}
+        last = b""
+        for lines in (head, f):
+            for line in lines:
+                last = line
+                _line(folder, path, state, line.decode("utf-8", "replace"))
+        if last and not last.endswith(b"\n"):
+            folder.half_lines += 1
+
+
+def parse(line):
+    """records.parse, refusing JSON lines whose fields have the wrong types (not ours, or damaged)."""
+    record = records.parse(line)
+    if record is None or not all(isinstance(record[k], str) for k in ("time", "tag", "kind", "msg")):
+        return None
+    return record
+
+
+def _line(folder, path, state, line):
+    record = parse(line)
+    if record is None:
+        p = state["proc"]
+        if p is not None and line.strip():
+            _raw(p, line.rstrip("\r\n"))
+        return
+    pid = record["pid"]
+    host = record.get("host")
+    if host is None:
+        hosts = state["hosts"]
+        if pid not in hosts:
+            hosts[pid] = host_from_name(path, pid)
+        host = hosts[pid]
+    else:
+        host = identity.safe_name(host)
+    p = folder.proc(host, pid)
+    state["proc"] = p
+    if path not in p.files:
+        p.files.append(path)
+    kind = record["kind"]
+    when = folder.epoch(record)
+    if kind == "|":
+        if p.block is not None and len(p.block.lines) < MAX_BLOCK:
+            p.block.lines.append(record["msg"])
+        return
+    _close_block(p)
+    if when is not None:
+        if p.first is None:
+            p.first = when
+        p.last = when
+    if p.tag is None:
+        p.tag = record["tag"]
+    # The phase reminder's `waiting X: still waiting` line is the watchdog's kind: no sign of life.
+    if kind in LIFE and when is not None and not (kind == "phase" and record["msg"].startswith("waiting ")):
+        p.activity = when
+    _event(folder, p, kind, when, record["msg"])
+
+
+def _event(folder, p, kind, when, text):
+    if kind in ("out", "err"):
+        p.output = (when, text)
+    elif kind == "start":
+        m = _START.match(text)
+        if m:
+            p.ppid, p.argv = int(m.group(1)), m.group(2)
+        own = _OWN_AT.search(text)
+        if own:
+            p.own = own.group(1)
+        v = _VERSION.search(text)
+        if v:
+            p.version = v.group(1)
+            if _newer(p.version) and (folder.newer is None or _tuple(p.version) > _tuple(folder.newer)):
+                folder.newer = p.version
+    elif kind == "exit":
+        m = _EXIT.search(text)
+        p.exit_status = int(m.group(1)) if m else None
+        p.exit_time = when
+    elif kind in ("exception", "stall", "dump", "signal", "fatal"):
+        p.block = Block(kind, when, text)
+    elif kind == "phase":
+        _phase(p, when, text)
+    elif kind == "mem":
+        p.mem[1:] = [text] if p.mem else []
+        if not p.mem:
+            p.mem.append(text)
+    elif kind == "note" and text.startswith("watchdog: stacks after "):
+        m = _STALL_AFTER.match(text)
+        p.stall_after = float(m.group(1)) if m else None
+    elif kind == "WARNING":
+        if text not in p.warnings:
+            p.warnings = (p.warnings + [text])[-MAX_KEPT:]
+    elif kind not in records.KINDS:
+        folder.unknown += 1
+
+
+def _phase(p, when, text):
+    word, _, rest = text.partition(" ")
+    if word == "begin":
+        p.open.append(Phase(rest, when))
+    elif word in ("end", "error"):
+        name, _, after = rest.partition(" after ")
+        for i in range(len(p.open) - 1, -1, -1):
+            if p.open[i].name == name or p.open[i].name.startswith(name + " "):
+                entry = p.open.pop(i)
+                entry.end = when
+                entry.outcome = "ok" if word == "end" else "error: " + after.partition(": ")[2]
+                p.phases = (p.phases + [entry])[-MAX_KEPT:]
+                break
+
+
+def _raw(p, line):
+    """A line not in our format: faulthandler writing straight to the file (crash, SIGTERM, GIL)."""
+    raw_block = p.block is not None and p.block.kind in _RAW_KINDS
+    if line.startswith("Fatal Python error: "):
+        _close_block(p)
+        p.block = Block("fatal", p.last, line[len("Fatal Python error: "):].strip())
+    elif line.startswith("Timeout ("):
+        _close_block(p)
+        p.block = Block("gil", p.last, line)
+    elif not raw_block and line.startswith(("Current thread 0x", "Thread 0x")):
+        # The watchdog's note: a bare faulthandler block with no header is the stack at SIGTERM.
+        _close_block(p)
+        p.block = Block("signal", p.last, "received SIGTERM", [line])
+    elif raw_block and len(p.block.lines) < MAX_BLOCK:
+        p.block.lines.append(line)
+
+
+def _close_block(p):
+    block, p.block = p.block, None
+    if block is None:
+        return
+    kind, when, text, lines = block.kind, block.time, block.text, block.lines
+    threads = _without_own_frames(p, parse_threads(lines))
+    if kind == "exception":
+        frames = threads[-1].frames if threads else []  # a chained exception's last is the one raised
+        p.exception = Raised(text, frames)
+        p.repeated = sum(int(m.group(1)) for m in map(_REPEATED.match, threads[-1].notes if threads else []) if m)
+        died = _THREAD_DIED.match(text)
+        if died:
+            p.deaths = (p.deaths + [Died(died.group(1), died.group(2), frames, when)])[-MAX_KEPT:]
+    elif kind == "stall":
+        _stall(p, when, text)
+    elif kind == "gil":
+        _gil(p, when, text, threads)
+    elif kind == "dump":
+        if threads and p.stall is not None and not p.stall["dumped"] and p.stall["over"] is None:
+            p.stall["threads"], p.stall["dumped"] = threads, True
+    elif kind == "fatal":
+        p.crash = {"what": text, "time": when, "threads": threads}
+    elif kind == "signal":
+        p.signal = Signalled(text, when, threads)
+
+
+def _stall(p, when, text):
+    if text.startswith("over"):
+        if p.stall is not None:
+            p.stall["over"] = when
+    elif text.startswith("the GIL"):  # the watchdog ran again: the GIL stall before it is over
+        if p.gil is not None and p.gil["over"] is None:
+            p.gil["over"] = when
+        if p.stall is not None and p.stall.get("gil") and p.stall["over"] is None:
+            p.stall["over"] = when
+    else:
+        # Its dump is written a moment after this line: a report read in between keeps the
+        # stacks of the stall before, rather than none.
+        earlier = p.stall["threads"] if p.stall is not None and p.stall["over"] is None else []
+        p.stall = {"time": when, "text": text, "threads": earlier, "over": None, "dumped": False}
+
+
+def _gil(p, when, text, threads):
+    """faulthandler's `Timeout (H:MM:SS)!` block: the watchdog thread could not run that long
+    because C code held the GIL. With no stall open, it is the stall, and its stacks the only ones."""
+    m = _TIMEOUT.match(text)
+    seconds = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3)) if m else 0.0
+    threads = [t for t in threads if t.frames]  # `<no Python frame>`: a native thread, nothing to show
+    p.gil = {"time": when, "seconds": seconds, "threads": threads, "over": None}
+    if when is not None and seconds:
+        # The timer fired `seconds` after the watchdog's last beat, and that beat came at most a
+        # third of the timeout (at most 5 s) before the last line: the process was there then.
+        p.last = max(p.last, when + seconds - min(seconds / 3.0, 5.0))
+    if p.stall is None or p.stall["over"] is not None:
+        p.stall = {"time": when, "text": "the GIL was held (faulthandler's %s)" % text.rstrip("!"),
+                   "threads": threads, "over": None, "dumped": True, "gil": True}
+    elif not p.stall["dumped"]:
+        p.stall["threads"], p.stall["dumped"] = threads, True
+
+
+def own(p, path):
+    """Is this frame earlylog's own code? Known by the folder it was loaded from, never by a name."""
+    return any(path.startswith(folder + os.sep) for folder in (OWN, p.own) if folder)
+
+
+def _without_own_frames(p, threads):
+    """earlylog's frames never stand as the program's: drop them, and threads made only of them."""
+    kept = []
+    for t in threads:
+        frames = [f for f in t.frames if not own(p, f[0])]
+        if frames or not t.frames:
+            t.frames = frames
+            kept.append(t)
+    return kept
+
+
+def parse_threads(lines):
+    """Threads of a stack block (earlylog dump, faulthandler output or a traceback)."""
+    threads, cur, last_first = [], None, {}
+    for line in lines:
+        m = _FRAME.match(line)
+        if m and not line.startswith("thread ") and not _NOTE.match(line):
+            if cur is None:
+                cur = Thread("thread")
+                threads.append(cur)
+            if m.group(1) is not None:
+                cur.frames.append((m.group(1), int(m.group(2)), m.group(3)))
+            else:
+                cur.frames.append((m.group(4), int(m.group(5)), m.group(6)))
+            continue
+        text = line.strip()
+        if not text:
+            continue
+        if (line.startswith(("thread ", "Thread 0x", "Current thread 0x", "Traceback (most recent call last)"))
+                or text.startswith("Stack (most recent call")):
+            cur = Thread(text.rstrip(":"))
+            threads.append(cur)
+            last_first[id(cur)] = "most recent call last" in text
+        elif cur is not None and line.startswith("  ") and not (cur.frames and line.startswith("    ")):
+            cur.notes.append(text)
+    for t in threads:
+        if last_first.get(id(t)):
+            t.frames.reverse()
+    return threads
+
+
+def _tuple(version):
+    return tuple(int(x) for x in version.split("."))
+
+
+def _newer(version):
+    try:
+        return _tuple(version) > _tuple(__version__)
+    except ValueError:
+        return False

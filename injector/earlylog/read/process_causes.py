@@ -1,0 +1,335 @@
+"""Process-level causes of a hang (see causes.py): the pipe deadlock of `Popen.wait()` with
+`stdout=PIPE`, a multiprocessing.Pool that lost a worker, a prompt on a stdin nobody answers, a
+socket with no answer, a stdout nobody reads, a parent waiting on a child. The evidence is the
+notes the runtime wrote under each blocked thread (`child:`, `pipe:`, `stdin:`, `socket:`, see
+runtime/peers.py) and the process tree. It only reads the judged report and the folder, and names
+no process that no note or log names: what is not known is said to be unknown."""
+import re
+import time
+
+from earlylog.read.causes import Cause, secs
+from earlylog.read.frames import frame_tuple, library, where
+
+_CHILD = re.compile(r"^pid (\d+) \((.*?)\), state (\S) \(([^)]*)\)(.*)$")
+_CHILD_PIPE = re.compile(r"blocked writing to fd \d+ \((stdout|stderr)\), pipe:\[\d+\], (full|not full) "
+                         r"\((\d+) of (\d+) bytes\), which (only )?this process reads")
+_CHILD_STDIN = re.compile(r"blocked reading fd 0 \(stdin\), pipe:\[\d+\], which (only )?this process writes")
+_PIPE = re.compile(r"^fd \d+ \((stdout|stderr)\), (pipe|socket):\[\d+\](?:, (full|not full) \(\d+ of \d+ bytes\))?; "
+                   r"(.*)$")
+_STDIN = re.compile(r'^fd 0, (pipe|socket):\[\d+\]; (.*?)(?:; unfinished output line: (".*"))?$')
+_SOCKET = re.compile(r"^fd \d+ (\w+), TCP (\S+) -> (\S+), (\w+), (client|server)(?:; (.*))?$")
+_HOLDER = re.compile(r"pid (\d+) \((.*?)\)(?:, |$| \()")
+_LOST = {"vanished": "vanished (no exit record: SIGKILL, or the kernel's OOM killer)",
+         "killed": "was killed by a signal", "crashed": "crashed", "failed": "exited with an error"}
+_HELPERS = ("resource-tracker", "forkserver")
+_PROMPT_ENDS = ("?", ":", "]", ")", ">")
+
+
+def find(report, folder):
+    """The process-level causes of the stalled processes, the most basic kinds first; a parent and
+    child pair is told once (a pipe deadlock is not also a parent waiting on its child)."""
+    procs = {(d["host"], d["pid"]): d for d in report["processes"]}
+    stuck = [d for d in report["processes"] if d["stall"] is not None and d["state"] == "stalled"]
+    found, told = [], set()
+    for finder in (_stdin, _pipe_deadlock, _pool, _network, _full_stream, _child_wait):
+        for d in stuck:
+            for t in d["stall"]["threads"]:
+                cause = finder(_Seen(d, t, procs, folder), told)
+                if cause is not None:
+                    found.append(cause)
+                    told.add(frozenset(cause.pids[:2]))
+    return found
+
+
+class _Seen:
+    """One blocked thread of one stalled process, with what the report and folder say around it."""
+
+    def __init__(self, d, t, procs, folder):
+        self.d, self.t, self.procs, self.folder = d, t, procs, folder
+
+    def notes(self, word):
+        return [n[len(word) + 2:] for n in self.t.get("notes") or [] if n.startswith(word + ": ")]
+
+    def children(self):
+        """[(pid, command, state letter, state words, the rest)] from the `child:` notes."""
+        return [(int(m.group(1)), m.group(2), m.group(3), m.group(4), m.group(5))
+                for m in map(_CHILD.match, self.notes("child")) if m]
+
+    def proc(self, pid):
+        return self.procs.get((self.d["host"], pid))
+
+    @property
+    def who(self):
+        return "pid %d (%s)" % (self.d["pid"], self.d["tag"])
+
+    @property
+    def at(self):
+        """`run_child at dl.py:8`, and the thread's name when it is not the main thread."""
+        text = where(frame_tuple(self.t["frame"]))
+        return text if self.t["main"] else "%s, thread %s" % (text, self.t["name"])
+
+    @property
+    def call(self):
+        return self.t.get("call") or "a wait"
+
+    def cause(self, kind, text, next_step, pids):
+        return Cause(kind, text, next_step, pids, [self.t["name"]])
+
+
+def _waits_for(d, pid):
+    """Does a thread of process d wait for child pid (a `child:` note names it)?"""
+    return any(n.startswith("child: pid %d " % pid) for t in (d["stall"] or {}).get("threads", [])
+               for n in t.get("notes") or [])
+
+
+def _holders(seen, text):
+    """[(pid, command)] from `other end held by pid 456 (node gui.js), this process`."""
+    if not text.startswith("other end held by "):
+        return []
+    text = text[len("other end held by "):]
+    found = [(int(pid), command) for pid, command in _HOLDER.findall(text)]
+    return found + ([(seen.d["pid"], "this process")] if text.startswith("this process") or
+                    ", this process" in text else [])
+
+
+def _launcher(command):
+    """What kind of program holds the other end, for the fix's wording: node, python or another."""
+    first = (command or "").split(" ", 1)[0]
+    return "node" if first.startswith(("node", "electron")) else "python" if first.startswith("python") else "other"
+
+
+# --- the causes, each from one blocked thread -------------------------------------------------------
+
+def _pipe_deadlock(seen, told):
+    """A parent waiting for a child that is blocked on a pipe only the parent serves: writing to a
+    full stdout the parent reads only afterwards, or reading a stdin the parent never writes."""
+    for pid, command, _state, _words, rest in seen.children():
+        me = seen.d["pid"]
+        if frozenset((me, pid)) in told:
+            continue
+        head = "pipe deadlock: %s waits in %s (%s) for child pid %d (%s), which is blocked" % (
+            seen.who, seen.call, seen.at, pid, command)
+        out, into = _CHILD_PIPE.search(rest), _CHILD_STDIN.search(rest)
+        if out is not None:
+            stream = out.group(1)
+            text = "%s writing to its %s: a %s pipe (%s of %s bytes) that %spid %d reads, and not while it waits" % (
+                head, stream, out.group(2), out.group(3), out.group(4), "only " if out.group(5) else "", me)
+            return seen.cause("pipe-deadlock", text, _communicate(stream), [me, pid])
+        if into is not None:
+            text = "%s reading its stdin: a pipe that %spid %d writes, and not while it waits" % (
+                head, "only " if into.group(1) else "", me)
+            next_step = ("give the child its input and end it: `proc.communicate(input=...)` (writes, closes stdin, "
+                         "then waits), or `proc.stdin.close()` before `proc.wait()`; or start it with "
+                         "`stdin=subprocess.DEVNULL`")
+            return seen.cause("pipe-deadlock", text, next_step, [me, pid])
+    return None
+
+
+def _communicate(stream):
+    return ("read the output while waiting: `out, err = proc.communicate()` instead of `proc.wait()` (or send the "
+            "child's %s to a file or `subprocess.DEVNULL`)" % stream)
+
+
+def _pool(seen, told):
+    """A multiprocessing.Pool call waiting for results while a worker of the pool is gone and
+    no worker left is computing: the task the dead worker held is lost for good."""
+    frames = seen.t["frames"]
+    if not any("multiprocessing/pool.py" in f["file"] for f in frames) or all(library(f["file"]) for f in frames):
+        return None  # the pool's own helper threads wait too: the cause is the user's call
+    workers = [seen.proc(pid) for pid in seen.d["children"]]
+    for helper in [w for w in workers if w and w["tag"] == "forkserver"]:  # its workers are the forkserver's
+        workers += [seen.proc(pid) for pid in helper["children"]]
+    workers = [w for w in workers if w is not None and w["tag"] not in _HELPERS]
+    lost = [w for w in workers if w["state"] in _LOST]
+    if not lost or any(_computing(w) for w in workers):
+        return None
+    w = lost[0]
+    how = (w["crash"] or {}).get("what") or _LOST[w["state"]]
+    when = time.strftime(" at %H:%M:%S", time.localtime(w["end"])) if w["end"] else ""
+    text = ("%s waits in %s (%s) for results, but its pool worker pid %d %s%s%s, and no worker is computing: "
+            "multiprocessing.Pool never recovers the task a dead worker held, so this wait never ends" % (
+                seen.who, seen.call, seen.at, w["pid"], how, when,
+                " (%d workers lost)" % len(lost) if len(lost) > 1 else ""))
+    why = "`dmesg -T | grep -i oom` on that host" if w["state"] == "vanished" else "its log"
+    next_step = ("use concurrent.futures.ProcessPoolExecutor, which raises BrokenProcessPool when a worker dies, "
+                 "instead of waiting forever; and find why worker %d died (%s)" % (w["pid"], why))
+    return seen.cause("pool", text, next_step, [seen.d["pid"]] + [x["pid"] for x in lost])
+
+
+def _computing(w):
+    main = (w["stall"] or {}).get("main") or {}
+    return w["state"] == "running" or (main.get("state") or "").startswith("busy")
+
+
+def _stdin(seen, told):
+    """A thread reading a stdin that is no terminal, after a prompt (or straight from the user's
+    code), while the process at the other end sends nothing. A library reading stdin with no
+    prompt (a language server waiting for requests) is idle, not stuck: no cause."""
+    for note in seen.notes("stdin"):
+        m = _STDIN.match(note)
+        if m is None:
+            continue
+        prompt = m.group(3) if m.group(3) and _prompt(m.group(3)) else _last_prompt(seen)
+        frames = seen.t["frames"]
+        if not prompt and not (frames and not library(frames[0]["file"])):
+            continue
+        holders = _holders(seen, m.group(2))
+        text = "%s waits for input on stdin (%s)%s; stdin is a %s" % (
+            seen.who, seen.at, " after printing %s" % prompt if prompt else "", m.group(1))
+        if holders:
+            pid, command = holders[0]
+            holder = seen.proc(pid)
+            text += " whose other end pid %d (%s) holds%s" % (
+                pid, command, " and, instead of writing to it, waits for it to exit"
+                if holder is not None and _waits_for(holder, seen.d["pid"]) else " without writing to it")
+        else:
+            text += " that no process was found writing to"
+        text += ": the answer may never come" if prompt else \
+            ", and nothing has come for %s" % secs(seen.d["stall"].get("seconds") or 0)
+        launcher = _launcher(holders[0][1]) if holders else "other"
+        next_step = _answer(launcher) if prompt else (
+            "if input is meant to come, find out why %s sends none; if not, %s" % (
+                "pid %d" % holders[0][0] if holders else "the launcher", _no_stdin(launcher)))
+        return seen.cause("stdin", text, next_step, [seen.d["pid"]] + [pid for pid, _ in holders[:1]])
+    return None
+
+
+def _prompt(quoted):
+    return quoted.strip('"').rstrip().endswith(_PROMPT_ENDS)
+
+
+def _last_prompt(seen):
+    """The last line the process printed, quoted, when it reads as a prompt (`... [y/N]`, `Password:`).
+    Other lines may follow it in the log (the background probes write theirs when they finish)."""
+    p = seen.folder.procs.get((seen.d["host"], seen.d["pid"]))
+    output = getattr(p, "output", None)
+    if not output:
+        return None
+    quoted = '"%s"' % output[1][-120:].replace('"', '\\"')
+    return quoted if _prompt(quoted) else None
+
+
+def _answer(launcher):
+    ways = {"node": "write the answer from the launcher (`child.stdin.write('y\\n')`)",
+            "python": "pass the answer with `proc.communicate(input=b'y\\n')`",
+            "other": "write the answer into its stdin"}
+    return "%s, or make the program non-interactive (its --yes option or environment variable) and %s, so a " \
+           "prompt fails at once instead of waiting" % (ways[launcher], _no_stdin(launcher))
+
+
+def _no_stdin(launcher):
+    return {"node": "spawn it with `stdio: ['ignore', 'pipe', 'pipe']`",
+            "python": "start it with `stdin=subprocess.DEVNULL`",
+            "other": "give it stdin from /dev/null"}[launcher]
+
+
+def _network(seen, told):
+    """A client thread connecting to, or waiting on, a TCP peer that does not answer. A server's
+    end of a connection waiting for the next request is idle: no cause."""
+    for note in seen.notes("socket"):
+        m = _SOCKET.match(note)
+        if m is None or m.group(5) != "client":
+            continue
+        call, peer, state, detail = m.group(1), m.group(3), m.group(4), m.group(6) or ""
+        silent = secs(seen.d["stall"].get("seconds") or 0)
+        timeout = "`socket.create_connection(addr, timeout=...)`, `sock.settimeout(...)`, " \
+                  "`requests.get(url, timeout=...)`"
+        if state == "SYN_SENT":
+            text = "%s, in %s, has been connecting to %s for %s with no answer (%s)" % (
+                seen.who, seen.at, peer, silent, detail)
+            next_step = ("check that the server at %s is up and accepting (a full accept queue or a firewall "
+                         "drops the connection unanswered), and give the call a timeout: %s" % (peer, timeout))
+        elif state == "ESTABLISHED" and call == "sending":
+            text = "%s, in %s, has been sending to %s for %s, and the peer does not read (%s)" % (
+                seen.who, seen.at, peer, silent, detail)
+            next_step = "check why the peer at %s stopped reading, and give the call a timeout: %s" % (peer, timeout)
+        elif state == "ESTABLISHED":
+            text = "%s, in %s, has been waiting for a reply from %s for %s (connected; %s)" % (
+                seen.who, seen.at, peer, silent, _queues(detail))
+            next_step = ("check what the server at %s is doing (is it alive, did it get the whole request?), and "
+                         "give the call a timeout so a silent peer becomes an error: %s" % (peer, timeout))
+        else:
+            continue
+        return seen.cause("network", text, next_step, [seen.d["pid"]])
+    return None
+
+
+def _queues(detail):
+    """`0 bytes received unread, 0 unsent` in words a reader can act on."""
+    m = re.match(r"(\d+) bytes received unread, (\d+) unsent", detail)
+    if m is None:
+        return detail
+    unread, unsent = int(m.group(1)), int(m.group(2))
+    sent = "everything it sent was acknowledged" if not unsent else "%d bytes it sent are not acknowledged" % unsent
+    return "%s, and %s" % (sent, "nothing has come back" if not unread else "%d bytes wait unread" % unread)
+
+
+def _full_stream(seen, told):
+    """A thread blocked writing to its stdout or stderr, which the process at the other end does
+    not read. When that process waits for this one to exit, it is a pipe deadlock."""
+    for note in seen.notes("pipe"):
+        m = _PIPE.match(note)
+        if m is None:
+            continue
+        stream, kind, holders = m.group(1), "pipe" if m.group(2) == "pipe" else "socket pair", _holders(seen, m.group(4))
+        reader = seen.proc(holders[0][0]) if holders else None
+        me = seen.d["pid"]
+        if reader is not None and frozenset((reader["pid"], me)) in told:
+            continue
+        if reader is not None and _waits_for(reader, me):
+            text = ("pipe deadlock: %s is blocked writing to its %s (%s), a pipe that pid %d (%s) reads only after "
+                    "this process exits, and it waits for that" % (seen.who, stream, seen.at, reader["pid"],
+                                                                   reader["tag"]))
+            return seen.cause("pipe-deadlock", text, _communicate(stream), [reader["pid"], me])
+        full = "is full" if m.group(3) == "full" else "takes no more"
+        if holders:
+            text = "%s is blocked writing to its %s (%s): the %s %s and pid %d (%s), which holds the other end, " \
+                   "does not read it" % (seen.who, stream, seen.at, kind, full, holders[0][0], holders[0][1])
+        else:
+            text = "%s is blocked writing to its %s (%s): the %s %s and no process was found reading it" % (
+                seen.who, stream, seen.at, kind, full)
+        return seen.cause("pipe-full", text, _drain(_launcher(holders[0][1]) if holders else "other", stream,
+                                                    "pid %d" % holders[0][0] if holders else "the launcher"),
+                          [me] + [pid for pid, _ in holders[:1]])
+    return None
+
+
+def _drain(launcher, stream, who):
+    return {"node": "in %s, read the child's output (`child.%s.on('data', ...)`), or spawn it with "
+                    "`stdio: 'inherit'` or `'ignore'`" % (who, stream),
+            "python": "in %s, read `proc.%s` (or use `proc.communicate()`), or start the child with `%s=` a file "
+                      "or `subprocess.DEVNULL`" % (who, stream, stream),
+            "other": "make %s read this stream, or send it to a file or /dev/null" % who}[launcher]
+
+
+def _child_wait(seen, told):
+    """A parent waiting for a child: the child named, its kernel state, and its own stall if it logs."""
+    for pid, command, state, words, rest in seen.children():
+        if frozenset((seen.d["pid"], pid)) in told:
+            continue
+        text = "%s waits in %s (%s) for child pid %d (%s), which is %s" % (
+            seen.who, seen.call, seen.at, pid, command, rest[2:] if rest.startswith(", ") else "%s (state %s)" % (
+                words, state))
+        kid = seen.proc(pid)
+        main = ((kid or {}).get("stall") or {}).get("main")
+        if main:
+            text += "; the child is stalled in %s" % where(frame_tuple(main["frame"]))
+        elif kid is not None and kid["summary"]:
+            text += "; the child %s" % kid["summary"]
+        look = "`earlylog report --stacks` shows its stack" if kid is not None else \
+            "`py-spy dump --pid %d` shows its stack" % pid
+        next_step = "find out why child %d does not finish (%s), and give the wait a limit: %s" % (
+            pid, look, _limit(seen.call))
+        return seen.cause("child", text, next_step, [seen.d["pid"], pid])
+    return None
+
+
+def _limit(call):
+    """How the call the parent waits in takes a timeout."""
+    if "join" in call:
+        return "`process.join(timeout=...)`"
+    if call in ("subprocess.wait", "subprocess.communicate"):
+        return "`proc.%s(timeout=...)`" % call.partition(".")[2]
+    if call.startswith("subprocess."):
+        return "`%s(..., timeout=...)`" % call
+    return "`proc.wait(timeout=...)`"

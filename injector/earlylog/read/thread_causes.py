@@ -1,0 +1,375 @@
+"""Thread-level causes (see causes.py): a lock and the thread holding it (a deadlock when holders
+wait on each other), a join and where the joined thread is, a finished program kept alive by a
+non-daemon thread, a thread that died while the others wait, C code holding the GIL, a stack
+overflow; and one cause for processes that all ended at the same moment. Each is one sentence of
+evidence (thread, frame, pid) and a next step, read from the judged report and the folder's raw
+facts, above all the notes the runtime wrote under each thread (runtime/waits.py). It states
+only what the log says ("held by an unknown thread"); it never writes, prints or guesses."""
+import os
+import re
+import time
+
+from earlylog.read import frames
+from earlylog.read.causes import Cause, label, secs
+
+# The runtime's notes under a thread in a dump (their grammar is in runtime/waits.py).
+_WAITS_FOR = re.compile(r"^waits for: (?P<kind>[a-z]+) (?P<name>.+?) \((?P<type>[\w.]+) at 0x[0-9a-f]+"
+                        r"(?:, (?P<detail>[^)]*))?\)$")
+_HELD_BY = re.compile(r"^held by: (?:thread (?P<name>.+?) \(ident (?P<ident>0x[0-9a-f]+)\)|(?P<self>this thread "
+                      r"itself)|a thread no longer running \(ident (?P<gone>0x[0-9a-f]+)\)|an unknown thread)"
+                      r"(?:; (?P<how>with block|acquire\(\)) at (?P<file>.+):(?P<line>\d+) in (?P<func>\S+?)"
+                      r"(?:, not released since)?)?$")
+_JOINS = re.compile(r"^joins: thread (?P<name>.+?) \(ident (?P<ident>0x[0-9a-f]+)\)$")
+_MODULE = re.compile(r"/(?:site|dist)-packages/(.+)\.py$|/lib/python\d[\d.]*/(.+)\.py$")
+_LOCKS = ("lock", "semaphore")
+OVERFLOW = 50        # a stack whose innermost frame repeats this often is a stack overflow
+MOMENT = 2.0         # seconds: the least time between a process's last line and its next one
+DEFAULT_STALL = 30.0  # the watchdog's threshold when its note is missing
+
+
+class _Thread:
+    """One thread of a stall dump, with what the runtime's notes under it say."""
+
+    def __init__(self, raw):
+        self.name, self.ident, self.main, self.daemon = raw.name, raw.ident, raw.main, raw.daemon
+        self.frames = raw.frames
+        self.state = next((n for n in raw.notes if n.startswith(("blocked:", "busy:"))), None)
+        self.wait = self.joins = None
+        self.holders = []
+        for note in raw.notes:
+            m = _WAITS_FOR.match(note)
+            if m:
+                self.wait = m.groupdict()
+                continue
+            m = _HELD_BY.match(note)
+            if m:
+                self.holders.append(m.groupdict())
+                continue
+            m = _JOINS.match(note)
+            if m:
+                self.joins = m.groupdict()
+
+    @property
+    def busy(self):
+        return bool(self.state and self.state.startswith("busy:"))
+
+    @property
+    def sleeping(self):
+        return bool(self.state and self.state.startswith("blocked: sleeping"))
+
+    @property
+    def frame(self):
+        return frames.user_frame(self.frames)
+
+    def where(self):
+        """`func at file.py:12`, the user's frame, naming the library call it is inside where no
+        note says what it waits for."""
+        call = None if self.wait or self.joins else frames.call_name(self.frames)
+        return frames.where(self.frame) + (" (in %s)" % call if call else "")
+
+    def doing(self):
+        """What a blocked thread does, in a few words: `sleeping`, `waiting to read from a pipe`."""
+        if not self.state or not self.state.startswith("blocked: "):
+            return ""
+        return re.sub(r" \([^)]*\)$", "", self.state[len("blocked: "):].partition(" [kernel")[0])
+
+    def now(self):
+        """`is now in f at x.py:3 (sleeping)`, or what it waits for."""
+        if self.wait:
+            return "itself waits for %s in %s" % (_what(self.wait), self.where())
+        return "is now in %s%s" % (self.where(), " (%s)" % self.doing() if self.doing() else "")
+
+
+def find(report, folder):
+    """The thread-level causes of a judged report: each process's, then the run's."""
+    causes = []
+    for d in report["processes"]:
+        p = folder.procs.get((d["host"], d["pid"]))
+        if p is not None:
+            causes += _stalled(d, p) + _overflow(d, p)
+    return causes + _run_stopped(report, folder)
+
+
+# --- one stalled process ---------------------------------------------------------------------
+
+def _stalled(d, p):
+    if d["stall"] is None or p.stall is None:
+        return []
+    if p.stall.get("gil"):
+        return _gil(d, p)
+    threads = [_Thread(t) for t in p.stall["threads"]]
+    by_ident = {t.ident: t for t in threads if t.ident}
+    cycles = _cycles(threads, by_ident)
+    in_cycle = {t.ident for c in cycles for t in c}
+    out = [_deadlock(d, c) for c in cycles]
+    for t in threads:
+        if t.wait and t.wait["kind"] in _LOCKS and t.ident not in in_cycle and not t.busy:
+            out += _lock(d, t, by_ident)
+        if t.joins and not t.busy:
+            out += _join(d, t, by_ident, in_cycle)
+    return out + _shutdown(d, threads) + _deaths(d, p, threads)
+
+
+def _holder(t, by_ident):
+    """(the one thread of this dump holding what t waits for or None, its `held by` facts or None)."""
+    facts = t.holders[0] if len(t.holders) == 1 else None
+    return (by_ident.get(facts["ident"]) if facts and facts["ident"] else None), facts
+
+
+def _cycles(threads, by_ident):
+    """Threads that each wait for a lock the next one holds, round to the first: deadlocks."""
+    found, seen = [], set()
+    for start in threads:
+        path, t = [], start
+        while t is not None and t.ident not in seen and t.wait and t.wait["kind"] == "lock":
+            seen.add(t.ident)
+            path.append(t)
+            t = _holder(t, by_ident)[0]
+        if t is not None and t in path and len(path) - path.index(t) > 1:
+            found.append(path[path.index(t):])
+    return found
+
+
+def _deadlock(d, cycle):
+    parts = []
+    for i, t in enumerate(cycle):
+        before = cycle[i - 1]  # it waits for the lock this thread holds
+        parts.append("thread %s holds %s (%s) and waits for %s at %s" % (
+            t.name, _name(before.wait), _how(before.holders[0], func=False), _name(t.wait), _place(t.frame)))
+    names = [_name(t.wait) for t in cycle]
+    return Cause("deadlock", "deadlock in %s: %s" % (label(d), "; ".join(parts)),
+                 "take the locks in one order everywhere (e.g. always %s before %s), or guard them with one lock"
+                 % (names[-1], names[0]), [d["pid"]], [t.name for t in cycle])
+
+
+def _lock(d, t, by_ident):
+    """A thread waiting for a lock (not in a cycle): who holds it, and what that thread does."""
+    head = "%s: thread %s waits for %s in %s" % (label(d), t.name, _what(t.wait), t.where())
+    holder, facts = _holder(t, by_ident)
+    name = _name(t.wait)
+    expr = t.wait["name"] if t.wait["name"] != "?" else "lock"  # for code in the next step
+    if facts and facts["self"]:
+        return [Cause("lock", "%s, which it already holds (%s): a threading.Lock cannot be taken twice by one "
+                              "thread, so it waits forever" % (head, _how(facts)),
+                      "make %s a threading.RLock, or do not take it again while %s holds it" % (name, facts["func"]),
+                      [d["pid"]], [t.name])]
+    if holder is not None:
+        if holder.busy:
+            return []  # it waits its turn while the holder computes: contention, not a hang
+        text = "%s; thread %s holds it (%s) and %s" % (head, holder.name, _how(facts), holder.now())
+        taken = "%s:%s" % (os.path.basename(facts["file"]), facts["line"]) if facts["how"] else "?"
+        if facts["how"] == "acquire()":
+            step = "make %s release %s on every path (taken at %s); `with %s:` instead of acquire() does that" % (
+                facts["func"], name, taken, expr)
+        elif holder.wait:
+            step = "find why thread %s's wait at %s does not end, or move that wait out of the `with %s:` block " \
+                   "(%s)" % (holder.name, _place(holder.frame), expr, taken)
+        else:
+            step = "keep slow or blocking calls out of the `with %s:` block at %s (thread %s is %s there)" % (
+                expr, taken, holder.name, holder.doing() or "stuck")
+        return [Cause("lock", text, step, [d["pid"]], [t.name, holder.name])]
+    if facts and facts["gone"]:
+        return [Cause("lock", "%s, held by a thread that is no longer running (ident %s): a lock its owner never "
+                              "released stays locked after the owner ends" % (head, facts["gone"]),
+                      "release %s on every path of the thread that takes it (`with %s:` does)" % (name, expr),
+                      [d["pid"]], [t.name])]
+    if not facts or facts["ident"]:
+        return []  # several holders (a semaphore), or one that ended during the dump: the dump shows them
+    return [Cause("lock", "%s, held by an unknown thread: no thread's stack shows it taken (an acquire() in a "
+                          "function that has returned, or a thread that has ended)" % head,
+                  "look for a %s.acquire() whose release() is skipped on some path (an exception, an early "
+                  "return); `with %s:` releases on every path" % (expr, expr), [d["pid"]], [t.name])]
+
+
+def _join(d, t, by_ident, in_cycle):
+    target = by_ident.get(t.joins["ident"])
+    if target is None or target.busy or target.sleeping:
+        return []  # it ended, or it computes or idles in a sleep loop: joining it is waiting, not stuck
+    if target.ident in in_cycle:
+        now, step = "which is in the deadlock above", "end the deadlock above"
+    else:
+        now = "which %s" % (target.now()[len("itself "):] if target.wait else target.now())
+        step = "find why thread %s does not finish: it %s" % (target.name, now[len("which "):])
+    return [Cause("join", "%s: thread %s waits in join at %s for thread %s, %s" % (
+        label(d), t.name, _place(t.frame), target.name, now),
+        "%s; join(timeout=...) with is_alive() lets the caller notice" % step, [d["pid"]], [t.name, target.name])]
+
+
+def _shutdown(d, threads):
+    """The main thread in threading._shutdown: the program's code is done; non-daemon threads keep
+    the process alive."""
+    main = next((t for t in threads if t.main), None)
+    top = main.frames[0] if main and main.frames else None
+    if top is None or top[2] != "_shutdown" or os.path.basename(top[0]) != "threading.py":
+        return []
+    keep = [t for t in threads if not t.main and t.daemon is False]
+    if not keep:
+        return []
+    names = ", ".join("thread " + t.name for t in keep[:3]) + (" and %d more" % (len(keep) - 3) if keep[3:] else "")
+    where = "; ".join("%s is in %s%s" % (t.name, t.where(), " (%s)" % t.doing() if t.doing() else "")
+                      for t in keep[:3])
+    return [Cause("shutdown", "%s: the program's main code has finished, but non-daemon %s keep%s the process "
+                              "alive: %s" % (label(d), names, "s" if len(keep) == 1 else "", where),
+                  "create %s with daemon=True, or make %s stop (e.g. an Event it checks) before the main code "
+                  "ends" % (names, "it" if len(keep) == 1 else "them"), [d["pid"]], [t.name for t in keep])]
+
+
+def _deaths(d, p, threads):
+    """A thread that died of an exception while the others wait (on a queue, an event, a join)."""
+    alive = {t.name for t in threads}
+    waiting = sorted((t for t in threads if not t.busy and (t.joins or t.wait and t.wait["kind"] not in _LOCKS)),
+                     key=lambda t: not t.main)
+    out = []
+    for death in p.deaths[-3:]:
+        if death.thread in alive or not waiting:
+            continue
+        w, frame = waiting[0], frames.user_frame(death.frames)
+        since = d["stall"]["since"]
+        when = "%s after start, " % secs(death.time - p.first) if None not in (death.time, p.first) else ""
+        gap = since - death.time if None not in (since, death.time) else 0
+        when += "%s before the process went silent" % secs(gap) if gap >= 0.1 else "just before the process went silent"
+        waits = "in join for thread %s" % w.joins["name"] if w.joins else "for %s" % _waiting_on(w.wait)
+        out.append(Cause("thread-died", "%s: thread %s died with %s in %s, %s; thread %s has waited since, %s at %s"
+                         % (label(d), death.thread, death.text, frames.where(frame), when, w.name, waits,
+                            _place(w.frame)),
+                         "fix the %s in %s; to fail fast instead of hanging, give the wait a timeout (e.g. "
+                         "queue.get(timeout=...)) and check the worker's is_alive()"
+                         % (death.text.partition(":")[0], frames.where(frame)),
+                         [d["pid"]], [death.thread, w.name]))
+    return out
+
+
+def _waiting_on(wait):
+    what = _what(wait)
+    return {"queue": ("room in %s" if wait["detail"] == "put" else "an item from %s") % what,
+            "condition": "a notify on %s" % what, "future": "the result of %s" % what,
+            "barrier": "the other parties at %s" % what}.get(wait["kind"], what)
+
+
+# --- C code holding the GIL ------------------------------------------------------------------
+
+def _gil(d, p):
+    threads = [_Thread(t) for t in p.stall["threads"] if t.frames]
+    t = next((t for t in threads if t.main), threads[0] if threads else None)
+    if t is None:
+        return []
+    call = _c_call(t.frames)
+    hint = " (a regular expression with nested repeats, such as (a+)+, can backtrack for hours)" \
+        if call and call.startswith("re.") else ""
+    return [Cause("gil", "%s: C code has held the GIL for at least %s, so no other thread could run (earlylog's "
+                         "watchdog neither; this stack is faulthandler's): thread %s is in %s, called from %s" % (
+                             label(d), secs(p.gil["seconds"]), t.name, call or "a C function", frames.where(t.frame)),
+                  "find what keeps %s busy at %s%s; `py-spy dump --native --pid %d` shows its C frames" % (
+                      call or "the C call", _place(t.frame), hint, d["pid"]), [d["pid"]], [t.name])]
+
+
+def _c_call(stack):
+    """`re.match` for the innermost frame when it is a library's, else None (the C call is then
+    on the user's own line)."""
+    if not stack or not frames.library(stack[0][0]):
+        return None
+    m = _MODULE.search(stack[0][0])
+    if m is None:
+        return stack[0][2]
+    module = (m.group(1) or m.group(2)).replace("/", ".")
+    return "%s.%s" % (module[:-len(".__init__")] if module.endswith(".__init__") else module, stack[0][2])
+
+
+# --- crashes ---------------------------------------------------------------------------------
+
+def _overflow(d, p):
+    """A stack whose innermost frame repeats far down is a stack overflow: in a crash (faulthandler
+    writes 100 frames, then `...`) or a RecursionError's traceback."""
+    if p.crash is not None:
+        crashed = next((t for t in p.crash["threads"] if t.header.startswith("Current thread")), None)
+        if crashed is None:
+            return []
+        stack, name, cut, ending = crashed.frames, crashed.name, "..." in crashed.notes, "the " + p.crash["what"]
+        depth = _repeats(stack)
+    elif p.exception is not None and p.exception.text.startswith("RecursionError"):
+        stack, name, cut, ending = p.exception.frames, "MainThread", False, p.exception.text
+        depth = _repeats(stack) + p.repeated
+    else:
+        return []
+    if depth < OVERFLOW:
+        return []
+    top = stack[0]
+    return [Cause("stack-overflow", "%s: stack overflow: %s recursed %s%d deep, until %s" % (
+        label(d), frames.where(top), "at least " if cut else "", depth, ending),
+        "make %s iterative, or bound its depth (%s)%s" % (
+            top[2], _place(top), "; a sys.setrecursionlimit above what the C stack holds turns a RecursionError "
+                                 "into this crash" if p.crash is not None else ""),
+        [d["pid"]], [name])]
+
+
+def _repeats(stack):
+    n = 0
+    while n < len(stack) and stack[n] == stack[0]:
+        n += 1
+    return n
+
+
+# --- processes that all ended at one moment --------------------------------------------------
+
+def _run_stopped(report, folder):
+    """Processes that vanished or were killed at the same moment are one cause (a job stopped
+    from outside), not one "likely SIGKILL" per process. Each ended between its last line and the
+    moment its next line was due: a stalled one's next dump (at twice its silence), any other's
+    first stall dump."""
+    ended = []
+    for d in report["processes"]:
+        p = folder.procs.get((d["host"], d["pid"]))
+        if d["state"] not in ("vanished", "killed") or p is None or d["last_seen"] is None:
+            continue
+        late = p.stall_after or DEFAULT_STALL
+        if d["stall"] and d["stall"]["since"] is not None:
+            late = max(late, d["last_seen"] - d["stall"]["since"])
+        ended.append((d["last_seen"], d["last_seen"] + max(late, MOMENT), d))
+    group = max(([e for e in ended if e[0] <= lo <= e[1]] for lo, _, _ in ended), key=len, default=[])
+    if len(group) < 2:
+        return []
+    procs = [d for _, _, d in group]
+    clock = time.strftime("%H:%M:%S", time.localtime(max(lo for lo, _, _ in group)))
+    whole = not [d for d in report["processes"] if d["status"] is None and d["state"] != "terminated"
+                 and d not in procs]
+    head = "the whole run was stopped at %s: %d processes at once" % (clock, len(procs)) if whole else \
+        "%d processes were stopped at once at %s" % (len(procs), clock)
+    pids = ", ".join(str(d["pid"]) for d in procs[:8]) + (", ..." if procs[8:] else "")
+    oom = [d for d in procs if (d["memory"] or {}).get("oom_kill_rose") or (d["memory"] or {}).get("near_limit")]
+    if oom:
+        return [Cause("run-stopped", "%s (pids %s), after %s's memory breadcrumbs showed the cgroup's memory "
+                                     "full or its OOM killer at work: likely the kernel's OOM killer"
+                      % (head, pids, label(oom[0])),
+                      "lower the memory use (batch size, workers, cached data) or raise the job's memory limit; "
+                      "confirm with `dmesg -T | grep -i oom` on that host", [d["pid"] for d in procs], [])]
+    how = "by SIGTERM" if all(d["state"] == "killed" for d in procs) else "none with an exit record"
+    return [Cause("run-stopped", "%s (pids %s), %s" % (head, pids, how),
+                  "that came from outside the processes: check the job scheduler's record (a time limit, a "
+                  "cancel, a preemption) or what killed the process group; `dmesg -T | grep -i oom` rules the "
+                  "OOM killer in or out", [d["pid"] for d in procs], [])]
+
+
+# --- words -----------------------------------------------------------------------------------
+
+def _name(wait):
+    """`cache_lock` as the code names it, or `an unnamed lock`."""
+    return "`%s`" % wait["name"] if wait["name"] != "?" else "an unnamed %s" % wait["kind"]
+
+
+def _what(wait):
+    """`lock `cache_lock``, or `an unnamed lock`."""
+    return "%s `%s`" % (wait["kind"], wait["name"]) if wait["name"] != "?" else "an unnamed %s" % wait["kind"]
+
+
+def _how(facts, func=True):
+    """`with block at x.py:6 in f` or `acquired in f at x.py:10, never released since`."""
+    if not facts or not facts["how"]:
+        return "where is not known"
+    place = "%s:%s" % (os.path.basename(facts["file"]), facts["line"])
+    if facts["how"] == "with block":
+        return "with block at %s%s" % (place, " in " + facts["func"] if func else "")
+    return "acquired%s at %s, never released since" % (" in " + facts["func"] if func else "", place)
+
+
+def _place(frame):
+    return "%s:%d" % (os.path.basename(frame[0]), frame[1]) if frame else "an unknown place"

@@ -1,0 +1,167 @@
+"""earlylog's start-up, run before any user code when EARLYLOG is set.
+
+What turns it on: the earlylog.pth line (or earlylog.start on Python 3.15+, or the
+sitecustomize template on PYTHONPATH) calls start() when EARLYLOG is set to anything but
+0, empty, false, off or no. `python -S` and `-I` skip site, and with it earlylog.
+
+The steps, in order, once per process (pid):
+  1. config:   read every EARLYLOG_* knob; bad values become warnings and defaults.
+  2. log file: open this process's file (EARLYLOG_FILE, EARLYLOG_DIR, the default folder,
+               else console only) and the console channel; write the `start:` line.
+  3. the features, each in its own try: stdio (live output, tee), exit records and
+     exception hooks, the watchdog, the import timeline and library marks, the probes.
+  4. fork: os.register_at_fork makes each fork child run these steps again, for its pid.
+Only in the main interpreter: a subinterpreter runs the .pth line too, and earlylog stays out.
+
+What happens on failure: a failing step prints one line on stderr naming the step and the
+switch that shows more (EARLYLOG_DEBUG=1); the other steps go on, and the user's program runs
+as it would without earlylog. Nothing here ever raises into the program.
+"""
+import os
+import sys
+import time
+
+from earlylog.runtime import state
+
+
+def _features():
+    """The optional features, in order; each module's start(logger) sits in its own try."""
+    from earlylog.runtime import hooks, imports, probes, stdio, watchdog
+    return (("stdio", stdio.start), ("hooks", hooks.start), ("watchdog", watchdog.start),
+            ("imports", imports.start), ("probes", probes.start))
+
+
+def start(origin="api"):
+    """Run the steps for this process unless they already ran for this pid; never raises."""
+    if state.pid == os.getpid():
+        return  # a venv runs .pth lines twice; .pth and sitecustomize may both fire
+    if not _main_interpreter():
+        return
+    state.pid = os.getpid()
+    try:
+        _start(origin)
+    except BaseException as exc:  # never let an exception reach the application
+        _failed("start-up", exc)
+
+
+def _main_interpreter():
+    """False in a subinterpreter: Py_NewInterpreter runs site, and so the .pth line, again, with
+    a sys.modules of its own (the run-once guard is new there). Threads of ours in it would make
+    Py_EndInterpreter abort the process; an isolated one cannot start threads at all.
+    set_wakeup_fd checks "main thread of the main interpreter" before it looks at its argument:
+    -2 is refused there with ValueError, and in the main interpreter with EBADF, changing nothing.
+    About 5 us, nothing imported (importing _interpreters or _xxsubinterpreters takes 0.5 to 3.5 ms)."""
+    import _signal
+    try:
+        _signal.set_wakeup_fd(-2)
+    except ValueError:
+        return False
+    except OSError:
+        pass
+    return True
+
+
+def _failed(step, exc):
+    from earlylog.runtime import sinks
+    debug = state.config is not None and state.config.debug
+    sinks.say("%s failed (%r); the program runs on without it%s"
+              % (step, exc, "" if debug else " (EARLYLOG_DEBUG=1 shows more)"))
+    if debug:
+        import traceback
+        sinks.say("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip())
+    if state.logger is not None:
+        state.logger.event("earlylog", "%s failed: %r" % (step, exc), console=False)
+
+
+def _start(origin, parent_tag=None):
+    from earlylog.runtime import config as config_module, identity, sinks
+    started = time.time()
+    config = state.config = config_module.Config()
+    if not config.enabled:
+        for problem in config.problems:
+            sinks.say(problem)
+        return
+    ident = identity.Identity()
+    if ident.role == "earlylog":
+        return  # the earlylog command reads logs; it must never write into the folder it reads
+    if parent_tag is not None:
+        ident.forked(parent_tag)
+    fd, path = sinks.open_log(config, ident, started, _log_arg(config, ident.argv))
+    logger = state.logger = sinks.Logger(config, ident, started, fd, path, sinks.Console(config.console))
+    # The package folder lets a log reader know earlylog's own frames by location (a private
+    # runtime copy lives elsewhere than the reader's package), never by a name in the path.
+    logger.event("start", "pid %d (parent %d) %s; log %s (via %s, earlylog %s at %s, Python %s)"
+                 % (ident.pid, ident.ppid, _quote_argv(ident.argv), path or "unavailable", origin,
+                    _version(), os.path.dirname(os.path.dirname(os.path.abspath(__file__))), sys.version.split()[0]))
+    for problem in config.problems:
+        logger.event("WARNING", problem)
+    for name, feature in _features():
+        try:
+            feature(logger)
+        except BaseException as exc:  # one broken feature must not stop the others
+            _failed(name, exc)
+    if not state.installed and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_child)
+    state.installed = True
+
+
+def _after_fork_child():
+    """A fork child gets its own file and watchdog; it must take no lock the parent held."""
+    if _in_subprocess_exec():
+        return
+    parent_tag = state.logger.ident.tag if state.logger is not None else "python"
+    state.pid = os.getpid()
+    try:
+        from earlylog.runtime import threads
+        threads.forked()
+        _start("fork", parent_tag)
+    except BaseException as exc:
+        _failed("start-up after fork", exc)
+
+
+def _in_subprocess_exec():
+    """subprocess with preexec_fn forks in Python and execs at once: that child is the program
+    it is about to exec (which starts earlylog itself), not a fork child worth a log file."""
+    frame = sys._getframe(1).f_back  # above _after_fork_child; None when C code forked
+    for _depth in range(8):
+        if frame is None:
+            return False
+        if frame.f_code.co_name == "_execute_child" and frame.f_code.co_filename.endswith("subprocess.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _log_arg(config, argv):
+    """EARLYLOG_LOG_ARG=--log: the value of the program's own --log option, if given."""
+    option = config.log_arg
+    if not option:
+        return None
+    for i, arg in enumerate(argv):
+        if arg == option and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(option + "="):
+            return arg[len(option) + 1:]
+    return None
+
+
+def _quote_argv(argv):
+    from earlylog.runtime import redact
+    return "argv " + " ".join(_shell_word(a) for a in redact.argv(argv))
+
+
+def _shell_word(word):
+    if word and all(c.isalnum() or c in "@%+=:,./-_" for c in word):
+        return word
+    return "'" + word.replace("'", "'\\''") + "'"
+
+
+def _version():
+    from earlylog import __version__
+    return __version__
+
+
+def user_mark(message):
+    """earlylog.log(): a `mark:` line; nothing when earlylog is off in this process."""
+    if state.logger is not None and state.pid == os.getpid():
+        state.logger.event("mark", str(message))

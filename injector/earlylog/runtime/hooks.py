@@ -1,0 +1,256 @@
+"""Exit records and exception hooks: how the process ended, with its real status and traceback.
+It must run the user's original hooks exactly as before and never change an exit status."""
+import atexit
+import os
+import sys
+import time
+from _thread import get_ident
+
+from earlylog.runtime import state
+
+# How the status is known, since atexit callbacks are not told it (by then the SystemExit is
+# gone: sys.exc_info() and sys.last_value are empty):
+#   - sys.exit(n) (argparse, click, console scripts), exit()/quit(), os._exit(n): wrapped, each
+#     keeping the original and recording n before calling it;
+#   - an uncaught exception: our sys.excepthook sees it (status 1; KeyboardInterrupt 130);
+#   - Python 3.12+: sys.monitoring watches the __main__ module's code only (local CALL and
+#     PY_RETURN events), which shows `raise SystemExit(n)` at top level and a normal end;
+#   - Python 3.9-3.11, a script file: right after its top-level code ends, the interpreter
+#     flushes sys.stderr and sys.stdout (pythonrun.c flush_io) while the exception that ended it
+#     is still alive; our stdio Tee calls after_main() then, and a SystemExit among the youngest
+#     objects (gc generations 0-1) is the one in flight;
+#   - Python 3.9-3.11 with `-c` or `-m`: nothing shows a bare `raise SystemExit(n)`; the record
+#     then says status 0 and that this case cannot be told apart.
+
+_status = None          # (code, how) of the exit in progress, or None
+_flushed = False        # after_main() ran: the end of a script's top-level code was seen
+_original = {}          # name -> the function we wrapped
+_main = None            # ident of the thread whose SystemExit ends the process
+_returned = False       # 3.12+: the __main__ code returned (else a SystemExit may be in flight)
+_MAIN_TOOLS = (4, 3)    # sys.monitoring ids no standard tool claims (debugger 0, coverage 1, ...)
+
+
+def start(logger):
+    """Install the wrappers and hooks (once per lineage: a fork child inherits them)."""
+    global _status, _main
+    _status, _main = None, get_ident()
+    if state.installed:
+        return  # a fork child: the wrappers are inherited and read state.logger
+    from earlylog.runtime import stdio
+    stdio.on_main_flush = after_main
+    _wrap(sys, "exit", "sys.exit", _sys_exit)
+    _wrap(os, "_exit", "os._exit", _os_exit)
+    _wrap_quitter()
+    _original["excepthook"] = sys.excepthook
+    sys.excepthook = _excepthook
+    _original["unraisablehook"] = sys.unraisablehook
+    sys.unraisablehook = _unraisablehook
+    from earlylog.runtime import imports
+    imports.when_imported("threading", _hook_threads)  # not now: threading costs ms of start-up
+    atexit.register(_at_exit)
+    _watch_main()
+
+
+def _wrap(owner, attr, name, replacement):
+    _original[name] = getattr(owner, attr)
+    setattr(owner, attr, replacement)
+
+
+def _wrap_quitter():
+    """exit() and quit() are site's Quitter objects, created after .pth files run: patch the class."""
+    try:
+        import _sitebuiltins
+    except ImportError:
+        return
+    _original["exit()"] = _sitebuiltins.Quitter.__call__
+    _sitebuiltins.Quitter.__call__ = _quitter_call
+
+
+def _code(value):
+    """The status a SystemExit(value) gives the shell: None 0, an int itself, anything else 1."""
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        return value & 0xFF if value >= 0 else value % 256
+    return 1
+
+
+def _saw(value, how):
+    global _status
+    _status = (_code(value), how)
+
+
+def _sys_exit(status=None):
+    """sys.exit, recording the status it was given (in another thread it only ends that thread)."""
+    if get_ident() == _main:
+        _saw(status, "sys.exit")
+    return _original["sys.exit"](status)
+
+
+def _quitter_call(self, code=None):
+    """exit() / quit(), recording the status."""
+    if get_ident() == _main:
+        _saw(code, "exit()")
+    return _original["exit()"](self, code)
+
+
+def _os_exit(status):
+    """os._exit (multiprocessing children end with it): one record, then the real exit."""
+    try:
+        if isinstance(status, int):  # anything else raises TypeError below, and the process goes on
+            _saw(status, "os._exit")
+            _record()
+    except BaseException:  # os._exit must exit whatever happens to our record
+        pass
+    _original["os._exit"](status)
+
+
+def _record():
+    """Write `exit: status N after S s; how` once per process."""
+    global _status
+    logger = state.logger
+    if logger is None or _status == "written":
+        return
+    code, how = _status or (0, _unseen())
+    _status = "written"
+    text = "status %d after %.3f s; %s" % (code, time.time() - logger.started, how)
+    dropped = logger.console.dropped
+    if dropped:
+        text += "; %d console line%s dropped (console full or gone)" % (dropped, "s" if dropped != 1 else "")
+    logger.event("exit", text)
+
+
+def after_main():
+    """Called by the stdio Tee (its on_main_flush) when the interpreter flushes with no Python
+    frame on the stack."""
+    global _flushed
+    if _flushed or _status == "written" or _returned:
+        return
+    _flushed = True
+    import gc
+    for generation in (0, 1):
+        for obj in gc.get_objects(generation):
+            if issubclass(type(obj), SystemExit):  # type(): isinstance runs a proxy's __class__
+                if _status is None or _status[0] != _code(obj.code):  # keep "sys.exit" when it was
+                    _saw(obj.code, "raise SystemExit")
+                return
+
+
+def _unseen():
+    if _flushed or getattr(sys, "monitoring", None) is not None:
+        return "end of program"
+    return "end of program (or a bare SystemExit, which -c and -m hide before Python 3.12)"
+
+
+def _at_exit():
+    """Registered first, so it runs last: after the user's own atexit callbacks."""
+    try:
+        from earlylog.runtime import stdio
+        for tee in stdio.tees():
+            tee.drain()
+        _record()
+    except Exception:  # never let an exception reach the application
+        pass
+
+
+def _log_exception(prefix, exc_type, exc, tb):
+    if isinstance(exc_type, type) and issubclass(exc_type, KeyboardInterrupt):
+        # Importing traceback or reading source lines (linecache) here clears CPython's
+        # "unhandled KeyboardInterrupt" flag, and the process would exit 1 instead of dying by
+        # SIGINT (-2): frames only, with nothing imported.
+        lines = ["Traceback (most recent call last):"]
+        while tb is not None:
+            code = tb.tb_frame.f_code
+            lines.append('  File "%s", line %d, in %s' % (code.co_filename, tb.tb_lineno, code.co_name))
+            tb = tb.tb_next
+        state.logger.event("exception", prefix + "KeyboardInterrupt", lines + ["KeyboardInterrupt"])
+        return
+    import traceback
+    lines = "".join(traceback.format_exception(exc_type, exc, tb)).rstrip("\n").split("\n")
+    head = "%s%s" % (prefix, traceback.format_exception_only(exc_type, exc)[-1].strip())
+    state.logger.event("exception", head, lines)
+
+
+def _excepthook(exc_type, exc, tb):
+    """sys.excepthook: log the uncaught exception and its status, then the original hook."""
+    global _status
+    try:
+        if state.logger is not None:
+            _log_exception("", exc_type, exc, tb)
+            interrupted = isinstance(exc_type, type) and issubclass(exc_type, KeyboardInterrupt)
+            # Python ends an uncaught KeyboardInterrupt by re-raising SIGINT (bpo-1054041): 130.
+            _status = (130 if interrupted else 1, "uncaught %s" % getattr(exc_type, "__name__", exc_type))
+    except Exception:
+        pass
+    return _original["excepthook"](exc_type, exc, tb)
+
+
+def _hook_threads():
+    threading = sys.modules["threading"]
+    _original["threading.excepthook"] = threading.excepthook
+    threading.excepthook = _thread_excepthook
+
+
+def _thread_excepthook(args):
+    """threading.excepthook: log the thread's exception, then the original hook."""
+    try:
+        if state.logger is not None and args.exc_type is not SystemExit:
+            name = getattr(args.thread, "name", None) or "?"
+            _log_exception("in thread %s: " % name, args.exc_type, args.exc_value, args.exc_traceback)
+    except Exception:
+        pass
+    return _original["threading.excepthook"](args)
+
+
+def _unraisablehook(unraisable):
+    """sys.unraisablehook (__del__ errors, callbacks): log it, then the original hook."""
+    try:
+        if state.logger is not None:
+            where = unraisable.err_msg or "Exception ignored in"
+            try:
+                where += " %r" % (unraisable.object,) if unraisable.object is not None else ""
+            except Exception:
+                pass
+            _log_exception("unraisable: %s: " % where, unraisable.exc_type, unraisable.exc_value,
+                           unraisable.exc_traceback)
+    except Exception:
+        pass
+    return _original["unraisablehook"](unraisable)
+
+
+def _watch_main():
+    """Python 3.12+: see `raise SystemExit(n)` and the normal end of the __main__ module's code.
+    A global PY_START event finds that code (every other code object is disabled at its first
+    call), then only that one code object is watched: cost is one callback per call it makes."""
+    mon = getattr(sys, "monitoring", None)
+    if mon is None:
+        return
+    tool = next((t for t in _MAIN_TOOLS if mon.get_tool(t) is None), None)
+    if tool is None:
+        return
+    mon.use_tool_id(tool, "earlylog")
+    events = mon.events
+
+    def started(code, offset):
+        if code.co_name != "<module>" or sys._getframe(1).f_globals.get("__name__") != "__main__":
+            return mon.DISABLE
+        mon.set_events(tool, 0)
+        mon.set_local_events(tool, code, events.CALL | events.PY_RETURN)
+        return None
+
+    def called(code, offset, callee, arg0):
+        if isinstance(callee, type) and issubclass(callee, SystemExit):
+            _saw(None if arg0 is mon.MISSING else arg0, "raise SystemExit")
+            return None
+        return mon.DISABLE
+
+    def returned(code, offset, value):
+        global _status, _returned
+        _returned = True
+        if _status != "written":
+            _status = (0, "end of program")
+
+    mon.register_callback(tool, events.PY_START, started)
+    mon.register_callback(tool, events.CALL, called)
+    mon.register_callback(tool, events.PY_RETURN, returned)
+    mon.set_events(tool, events.PY_START)

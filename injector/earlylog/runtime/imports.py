@@ -1,0 +1,145 @@
+"""The import timeline: a phase per module load, lines for third-party packages and slow imports,
+and the post-import moment at which library marks are applied. It must not change import semantics."""
+import os
+import sys
+from _thread import get_ident
+
+from earlylog.runtime import phases, state
+
+_original = None
+_threshold = 0.0
+_marks = None
+_STDLIB = os.path.dirname(os.__file__) + os.sep
+_nesting = {}  # thread ident -> the imports running on it, innermost last (tokens of _begin)
+_callbacks = {}  # module name -> functions to call once that module has been imported
+# The marks module loads with the first third-party package (every marked library is one), not
+# at start-up: a script that imports none pays nothing for the table.
+_want_marks = False
+
+
+def when_imported(name, callback):
+    """Call callback() once module `name` is imported: now if it is, else right after its import."""
+    if name in sys.modules:
+        callback()
+    else:
+        _callbacks.setdefault(name, []).append(callback)
+
+
+def start(logger):
+    """Install the hook once per interpreter (a fork child keeps it) unless nothing needs it."""
+    global _original, _threshold, _want_marks
+    _threshold = logger.config.imports
+    _want_marks = logger.config.marks
+    if _marks is not None:  # a fork child: the parent loaded the marks; point them at our logger
+        _marks.start(logger)
+    if _original is not None or not (_threshold or _want_marks or _callbacks):
+        return
+    bootstrap = sys.modules["_frozen_importlib"]
+    _original = bootstrap._load_unlocked
+    _load_unlocked.__code__ = _load_unlocked.__code__.replace(co_filename=_IMPORTLIB_FILE)
+    bootstrap._load_unlocked = _load_unlocked
+
+
+# Why importlib._bootstrap._load_unlocked, and nothing else: every import statement, __import__,
+# importlib.import_module and parent-package import that actually executes a module goes through
+# it, after the finders have picked a spec and with the module lock held, and it is looked up as
+# a module global at each call, so rebinding it is the whole hook. Finders, specs, loaders,
+# namespace packages, zip imports, find_spec, reload and lazy loaders see nothing different, and
+# an import that is already done or fails to find its module costs nothing. A meta-path finder
+# would have to sit in front of every finder and wrap loaders (changing __loader__), and
+# _find_and_load also runs for every missing optional module.
+# The wrapper carries importlib's own file name because CPython trims the frames of that file from
+# import tracebacks (Python/import.c remove_importlib_frames): a module that raises at import shows
+# the user exactly the traceback it shows without earlylog. code.replace, not compile(): the
+# first compile() in a process costs 2-4 ms of start-up.
+_IMPORTLIB_FILE = "<frozen importlib._bootstrap>"
+
+
+def _load_unlocked(spec):
+    token = _begin(spec)
+    try:
+        module = _original(spec)
+    except BaseException as exc:
+        _end(token, spec, exc)
+        raise
+    _end(token, spec, None)
+    return module
+
+
+def _load_marks():
+    global _marks
+    from earlylog.runtime import marks
+    _marks = marks
+    marks.start(state.logger)  # marks what is already imported, this package included
+
+
+def _third_party(spec):
+    """A top-level package from outside the standard library: it gets begin and end lines."""
+    origin = spec.origin
+    if origin in ("built-in", "frozen") or spec.name == "earlylog":
+        return False
+    if origin and origin.startswith(_STDLIB):
+        return origin.startswith(("site-packages", "dist-packages"), len(_STDLIB))
+    return True
+
+
+class _Import:
+    """One module load in progress: its phase, whether it gets begin/end lines (a top-level
+    third-party package), and the seconds spent in the imports it makes itself."""
+    __slots__ = ("phase", "loud", "inner")
+
+    def __init__(self, phase, loud):
+        self.phase, self.loud, self.inner = phase, loud, 0.0
+
+
+def _begin(spec):
+    try:
+        if not _threshold:
+            return None
+        name = spec.name
+        loud = "." not in name and _third_party(spec)
+        if loud:
+            state.logger.event("phase", "begin import " + name, console=False)
+        token = _Import(phases.begin("import " + name, quiet=True), loud)
+        _nesting.setdefault(get_ident(), []).append(token)
+        return token
+    except Exception:  # nothing of ours may fail an import
+        return None
+
+
+def _end(token, spec, error):
+    try:
+        if token is not None:
+            entry, loud, inner = token.phase, token.loud, token.inner
+            took = phases.end(entry, quiet=True)
+            tid = get_ident()
+            stack = _nesting.get(tid, [])
+            if stack and stack[-1] is token:
+                stack.pop()
+            if stack:
+                stack[-1].inner += took
+            else:
+                _nesting.pop(tid, None)  # short-lived threads must not leave one empty list each
+            if loud and error is not None:
+                state.logger.event("phase", "error %s after %.3f s: %s: %s"
+                              % (entry.name, took, type(error).__name__, error), console=False)
+            elif loud:
+                state.logger.event("phase", "end %s after %.3f s" % (entry.name, took),
+                              console=took >= _threshold)
+            elif error is None and took - inner >= _threshold:
+                # Its own code, not the imports it makes: a slow module is named once, not
+                # with every package above it (torch._dynamo's chain gave 13 lines).
+                state.logger.event("phase", "slow %s after %.3f s" % (entry.name, took))
+        if error is None and _marks is None and _want_marks and "." not in spec.name and _third_party(spec):
+            _load_marks()  # it marks this package too
+        elif error is None and _marks is not None and spec.name in _marks.TABLE:
+            _marks.apply(spec.name)
+    except Exception:
+        pass
+    if error is None and spec.name in _callbacks:
+        for callback in _callbacks.pop(spec.name):
+            try:
+                callback()
+            except Exception:  # nothing of ours may fail an import
+                pass
+

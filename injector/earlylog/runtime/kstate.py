@@ -1,0 +1,237 @@
+"""What the kernel says a thread of this process is doing (/proc/self/task/<tid>), in plain words.
+Linux-only (elsewhere it says nothing); it must never read from, write to or change an fd it inspects."""
+import os
+import sys
+
+# syscall number -> what the call is; /proc/<tid>/syscall gives the number and raw arguments.
+_CALLS = {
+    "x86_64": {0: "read", 1: "write", 17: "read", 18: "write", 19: "read", 20: "write",
+               7: "poll", 23: "poll", 232: "poll", 270: "poll", 271: "poll", 281: "poll", 441: "poll",
+               35: "sleep", 230: "sleep", 202: "futex", 61: "wait", 247: "waitid",
+               42: "connect", 43: "accept", 288: "accept", 44: "write", 46: "write",
+               45: "read", 47: "read", 299: "read", 307: "write", 73: "flock", 72: "fcntl",
+               257: "open", 2: "open"},
+    "aarch64": {63: "read", 64: "write", 65: "read", 66: "write", 67: "read", 68: "write",
+                72: "poll", 73: "poll", 22: "poll", 441: "poll", 101: "sleep", 115: "sleep",
+                98: "futex", 260: "wait", 95: "waitid", 203: "connect", 202: "accept", 242: "accept",
+                206: "write", 211: "write", 207: "read", 212: "read", 243: "read", 269: "write",
+                32: "flock", 25: "fcntl", 56: "open"},
+}
+STATES = {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O", "T": "stopped",
+           "t": "stopped by a debugger", "Z": "a zombie", "X": "dead", "I": "idle"}
+_STREAMS = {0: "stdin", 1: "stdout", 2: "stderr"}
+
+
+def _read(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("ascii", "replace").strip()
+    except OSError:
+        return ""
+
+
+def cpu_seconds(tid):
+    """Seconds a thread has run or waited to run (schedstat, ns resolution; stat ticks without it).
+
+    Waiting counts: on a crowded machine a computing thread queues for a core, a blocked one never."""
+    fields = _read("/proc/self/task/%d/schedstat" % tid).split()
+    if len(fields) >= 2:
+        return (int(fields[0]) + int(fields[1])) / 1e9
+    return _stat_seconds("/proc/self/task/%d/stat" % tid)
+
+
+def process_cpu_seconds():
+    """CPU seconds of the whole process, finished threads included (one read, tick resolution)."""
+    return _stat_seconds("/proc/self/stat")
+
+
+def _stat_seconds(path):
+    fields = _read(path).rpartition(")")[2].split()
+    try:
+        return (int(fields[11]) + int(fields[12])) / _tick_rate()
+    except (IndexError, ValueError):
+        return None
+
+
+def tids():
+    try:
+        return [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        return []
+
+
+def _tick_rate():
+    try:
+        return os.sysconf("SC_CLK_TCK")
+    except (ValueError, OSError, AttributeError):
+        return 100
+
+
+def describe(tid, cpu_share=None):
+    """One sentence on a thread, e.g. 'blocked writing to fd 1 (stdout), a pipe that is full ...'.
+
+    cpu_share: the thread's share of a core over the last moment, if the caller measured it."""
+    state = _read("/proc/self/task/%d/stat" % tid).rpartition(")")[2].split()[:1]
+    if not state:
+        return ""
+    state = state[0]
+    if state == "R" or (cpu_share is not None and cpu_share >= 0.2):
+        return "busy: running on a CPU%s" % _share(cpu_share)
+    wchan = _read("/proc/self/task/%d/wchan" % tid)
+    what = _blocked_in(syscall(tid), wchan)
+    if state == "D":
+        what = "in uninterruptible I/O (disk, network filesystem or device)" + (", " + what if what else "")
+    elif not what:
+        what = STATES.get(state, "state " + state)
+    detail = " [kernel: %s]" % wchan if wchan and wchan != "0" else ""
+    return "blocked: %s%s" % (what, detail)
+
+
+def _share(cpu_share):
+    return "" if cpu_share is None else " (%d%% of a core)" % round(cpu_share * 100)
+
+
+def syscall(tid, pid="self"):
+    """(name, number, raw arguments) of the system call a thread is blocked in, e.g.
+    ('write', 1, [1, ...]); name is None for a call not named here. None while the thread runs,
+    or when /proc does not say (another user's process, a kernel without the file)."""
+    raw = _read("/proc/%s/task/%d/syscall" % (pid, tid)).split()
+    if not raw or raw[0] == "running":
+        return None
+    try:
+        number, args = int(raw[0]), [int(a, 16) for a in raw[1:7]]
+    except ValueError:
+        return None
+    if number < 0 or len(args) < 6:  # blocked outside any system call (a page fault)
+        return None
+    return _CALLS.get(os.uname().machine, {}).get(number), number, args
+
+
+def words(call):
+    """What a thread in a system call that is not on an fd does, in plain words; '' if not known."""
+    return {
+        "poll": "waiting for I/O in select/poll (an idle event loop or socket wait)",
+        "sleep": "sleeping (time.sleep or a timed wait)",
+        "futex": "waiting on a lock, condition or event (futex)",
+        "wait": "waiting for a child process to exit",
+        "waitid": "waiting for a child process to exit",
+        "flock": "waiting for a file lock",
+        "fcntl": "waiting for a file lock (fcntl)",
+        "open": "opening a file (a FIFO with no other end, or a slow filesystem)",
+    }.get(call, "")
+
+
+def _blocked_in(call, wchan):
+    if call is None:
+        return ""
+    name, number, args = call
+    if name in ("read", "write", "connect", "accept"):
+        return _fd_call(name, args[0])
+    return words(name) or _from_wchan(wchan) or "in system call %d" % number
+
+
+def _from_wchan(wchan):
+    # restart_syscall (after a debugger or a stop signal) hides the real call; wchan still names it.
+    for word, words in (("futex", "waiting on a lock, condition or event (futex)"),
+                        ("poll", "waiting for I/O in select/poll"), ("select", "waiting for I/O in select/poll"),
+                        ("sleep", "sleeping (time.sleep or a timed wait)"), ("pipe", "waiting on a pipe")):
+        if word in wchan:
+            return words
+    return ""
+
+
+def _fd_call(call, fd):
+    kind, fill = fd_kind(fd)
+    where = "fd %d%s, %s" % (fd, " (%s)" % _STREAMS[fd] if fd in _STREAMS else "", kind)
+    if call == "connect":
+        return "connecting to %s (%s)" % (_peer(fd) or "a server", where)
+    if call == "accept":
+        return "waiting for a connection on %s (%s)" % (_local(fd) or "a socket", where)
+    if kind.startswith("a TCP") or kind.startswith("a UDP"):
+        return "waiting in a network call %s %s" % ("to" if call == "write" else "from", _peer(fd) or where)
+    if call == "write" and fill and fill[0] >= fill[1] * 0.9:
+        reader = "the parent is not reading this process's %s" % _STREAMS[fd] if fd in (1, 2) \
+            else "nothing is reading the other end"
+        return "writing to %s that is full (%d of %d bytes): %s" % (where, fill[0], fill[1], reader)
+    return "%s %s" % ("writing to" if call == "write" else "waiting to read from", where)
+
+
+def fd_kind(fd):
+    """('a pipe', (queued, capacity)) or ('a Unix socket', ...), ('a file', None), ... for an fd."""
+    import stat
+    try:
+        st = os.stat("/proc/self/fd/%d" % fd)
+    except OSError:
+        return "a closed fd", None
+    if stat.S_ISFIFO(st.st_mode):
+        return "a pipe", pipe_fill(fd)
+    if stat.S_ISSOCK(st.st_mode):
+        return _socket_kind(fd)
+    if stat.S_ISCHR(st.st_mode):
+        return ("a terminal" if os.isatty(fd) else "a device"), None
+    return "a file", None
+
+
+F_GETPIPE_SZ = 1032   # fcntl.F_GETPIPE_SZ is missing before Python 3.10
+FIONREAD = 0x541B     # termios.FIONREAD on Linux, without importing termios (the probes run it at start-up)
+
+
+def pipe_fill(fd):
+    """(bytes queued, capacity) of a pipe, or None."""
+    import fcntl
+    try:
+        queued = fcntl.ioctl(fd, FIONREAD, b"\0\0\0\0")
+        return int.from_bytes(queued, sys.byteorder), fcntl.fcntl(fd, F_GETPIPE_SZ)
+    except OSError:
+        return None
+
+
+def _socket_kind(fd):
+    # Node.js gives children socketpairs, not pipes (docs/design.md#nodejs-gives-socketpairs): the fill level is SIOCOUTQ
+    # (unsent bytes, TIOCOUTQ's number) against the send buffer size.
+    import fcntl
+    import socket
+    import termios
+    try:
+        sock = socket.socket(fileno=os.dup(fd))
+    except OSError:
+        return "a socket", None
+    try:
+        family = {socket.AF_UNIX: "a Unix socket", socket.AF_INET: "a TCP socket",
+                  socket.AF_INET6: "a TCP socket"}.get(sock.family, "a socket")
+        if sock.type == socket.SOCK_DGRAM and family == "a TCP socket":
+            family = "a UDP socket"
+        try:
+            queued = bytearray(4)
+            fcntl.ioctl(fd, termios.TIOCOUTQ, queued)
+            return family, (int.from_bytes(queued, "little"),
+                            sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
+        except OSError:
+            return family, None
+    finally:
+        sock.close()
+
+
+def _address(fd, peer):
+    import socket
+    try:
+        sock = socket.socket(fileno=os.dup(fd))
+    except OSError:
+        return ""
+    try:
+        addr = sock.getpeername() if peer else sock.getsockname()
+    except OSError:
+        return ""
+    finally:
+        sock.close()
+    if isinstance(addr, tuple):
+        return "%s:%s" % addr[:2]
+    return str(addr or "")
+
+
+def _peer(fd):
+    return _address(fd, True)
+
+
+def _local(fd):
+    return _address(fd, False)

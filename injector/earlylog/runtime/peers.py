@@ -1,0 +1,378 @@
+"""Which other process a blocked thread waits on, read from /proc at dump time, as extra dump lines:
+the child it waits for, the process at the other end of a full stdout or of stdin, the peer of a
+socket. The lines, parsed by the reader (read/process_causes.py):
+  child: pid N (COMMAND), state S (WORDS)[, WHAT IT IS BLOCKED IN]
+      e.g. `, blocked writing to fd 1 (stdout), pipe:[99], full (65536 of 65536 bytes), which only this
+      process reads`; `pid N: gone (it exited)` when it ended in between
+  pipe: fd 1 (stdout), pipe:[99][, full (Q of C bytes)]; OTHER END
+  stdin: fd 0, pipe:[77]; OTHER END[; unfinished output line: "Continue? [y/N] "]
+      OTHER END: `other end held by pid N (COMMAND)[, pid M (COMMAND)]`, `... by this process`,
+      `no process found holding the other end`, `other end not known`; ` (search cut short)`
+      when the search through other processes stopped early
+  socket: fd N CALL, TCP LOCAL -> REMOTE, STATE, client|server; DETAIL
+      CALL: connecting, receiving, sending, waiting (in poll); STATE as /proc/net/tcp names it
+It runs in the watchdog thread at dump time only. It must never read from, write to or keep an
+inspected fd (it reads /proc links, fdinfo and queue sizes), never run the program's code (objects
+are looked into only when their type is exactly the standard library's), never block (the search
+through other processes' fds stops after SCAN_SECONDS), and never raise: what cannot be read is
+left out. Command lines go through redact.argv."""
+import os
+import sys
+import time
+
+from earlylog.runtime import kstate, redact
+
+SCAN_SECONDS = 0.2      # the longest one search for a pipe's other end may take
+SCAN_PROCS = 4000       # ... and the most processes it looks at
+MAX_CHILDREN = 4        # `child:` lines for a thread that waits for any child
+MAX_FRAMES = 12         # frames searched for the subprocess.Popen a thread waits on
+SOCKET_FRAMES = 3       # frames searched for the socket a thread polls
+MAX_TCP_BYTES = 4 << 20  # /proc/net/tcp is read this far at most (a busy host lists many sockets)
+MAX_COMMAND = 80
+_STREAMS = {0: "stdin", 1: "stdout", 2: "stderr"}
+_TCP_STATES = {"01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV", "04": "FIN_WAIT1", "05": "FIN_WAIT2",
+               "06": "TIME_WAIT", "07": "CLOSE", "08": "CLOSE_WAIT", "09": "LAST_ACK", "0A": "LISTEN",
+               "0B": "CLOSING"}
+_CALL_WORDS = {"connect": "connecting", "read": "receiving", "write": "sending", "poll": "waiting"}
+
+
+def lines(tid, ident, frame):
+    """The `child:`, `pipe:`, `stdin:` and `socket:` lines for one thread (kernel tid, Python
+    ident, innermost frame), each indented as the dump's notes are."""
+    try:
+        # A timed wait (Popen.wait(timeout=...)) runs Python between its short sleeps: it may be
+        # caught outside any system call, and still names its child through its frames.
+        name, _number, args = kstate.syscall(tid) or (None, None, None)
+        out = ["  child: " + child(pid) for pid in _waited(name, args, frame)]
+        if name in ("read", "write", "connect"):
+            out += _fd_lines(name, args[0], ident)
+        elif name == "poll":
+            out += ["  socket: " + text for text in (_socket(fd, "poll") for fd in _polled_sockets(frame)) if text]
+        return out
+    except Exception:  # a process or frame that changed under us: the dump goes on without these lines
+        return []
+
+
+# --- children ------------------------------------------------------------------------------------
+
+def _waited(name, args, frame):
+    """The children this thread waits for: the wait call's own pid argument, else the
+    subprocess.Popen its frames are in (Popen.wait with a timeout sleeps, communicate polls)."""
+    if name == "wait" or (name == "waitid" and args[0] == 1):  # waitid(P_PID, pid, ...)
+        pid = _signed(args[0] if name == "wait" else args[1])
+        return [pid] if pid > 0 else _children()[:MAX_CHILDREN]
+    if name == "waitid":  # P_ALL, P_PGID: any child
+        return _children()[:MAX_CHILDREN]
+    pid = _popen_pid(frame)
+    return [pid] if pid else []
+
+
+def _signed(value):
+    value &= 0xFFFFFFFF  # a pid_t in a 64-bit register
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def _children():
+    pids = []
+    for tid in kstate.tids():
+        for word in _read("/proc/self/task/%d/children" % tid).split():
+            if word.isdigit():
+                pids.append(int(word))
+    return pids
+
+
+def _popen_pid(frame):
+    """The pid of the running subprocess.Popen whose wait or communicate this thread is in, or None."""
+    subprocess = sys.modules.get("subprocess")
+    path = getattr(subprocess, "__file__", None)
+    for f in _frames(frame, MAX_FRAMES):
+        if path is None or f.f_code.co_filename != path:
+            continue
+        obj = _locals(f).get("self")
+        if type(obj) is subprocess.Popen:  # exactly: a subclass may run code on attribute access
+            fields = vars(obj)
+            pid = fields.get("pid")
+            if type(pid) is int and fields.get("returncode") is None:
+                return pid
+    return None
+
+
+def child(pid):
+    """`pid 789 (python worker.py), state S (sleeping), blocked writing to fd 1 (stdout), ...`."""
+    fields = _read("/proc/%d/stat" % pid).rpartition(")")[2].split()
+    if not fields:
+        return "pid %d: gone (it exited)" % pid
+    state = fields[0]
+    text = "pid %d (%s), state %s (%s)" % (pid, command(pid) or "?", state, kstate.STATES.get(state, "unknown"))
+    if state == "Z":
+        return text + ", exited: it waits for this process to collect its status"
+    call = kstate.syscall(pid, pid)
+    if call is None:
+        return text
+    name, _number, args = call
+    if name in ("read", "write"):
+        return text + ", " + _child_fd(pid, name, args[0])
+    wchan = _read("/proc/%d/wchan" % pid)
+    what = kstate.words(name)
+    return text + (", " + what if what else "") + (" [kernel: %s]" % wchan if what and wchan not in ("", "0") else "")
+
+
+def _child_fd(pid, name, fd):
+    """The child's blocked read or write, and whether this process holds the pipe's other end."""
+    link = _link("/proc/%d/fd/%d" % (pid, fd))
+    text = "blocked %s %s, %s" % ("writing to" if name == "write" else "reading", _fd_name(fd), link or "a closed fd")
+    mode = "read" if name == "write" else "write"
+    mine = _own_fds(link, mode) if link.startswith("pipe:") else []
+    if not mine:
+        return text
+    if name == "write":
+        text += _fill(kstate.pipe_fill(mine[0]))
+    pids, complete = holders(link, mode)
+    only = complete and pids == [os.getpid()]
+    return text + ", which %sthis process %s" % ("only " if only else "", "reads" if name == "write" else "writes")
+
+
+# --- this thread's own fd ------------------------------------------------------------------------
+
+def _fd_lines(name, fd, ident):
+    link = _link("/proc/self/fd/%d" % fd)
+    if not link.startswith(("pipe:", "socket:")):
+        return []  # a terminal, a file or a device: nobody else's end to name
+    kind, fill = kstate.fd_kind(fd)
+    if kind == "a TCP socket":
+        text = _socket(fd, name)
+        return ["  socket: " + text] if text else []
+    if name == "write":
+        return ["  pipe: %s, %s%s; %s" % (_fd_name(fd), link, _fill(fill), _other_end(fd, link, "read"))]
+    if name == "read" and fd == 0:
+        prompt = _unfinished(ident)
+        return ["  stdin: fd 0, %s; %s%s" % (link, _other_end(fd, link, "write"),
+                                             "; unfinished output line: " + _quote(prompt) if prompt else "")]
+    return []
+
+
+def _unfinished(ident):
+    from earlylog.runtime import stdio
+    return stdio.unfinished(ident)
+
+
+def _fd_name(fd):
+    return "fd %d%s" % (fd, " (%s)" % _STREAMS[fd] if fd in _STREAMS else "")
+
+
+def _fill(fill):
+    if not fill:
+        return ""
+    return ", %s (%d of %d bytes)" % ("full" if fill[0] >= fill[1] * 0.9 else "not full", fill[0], fill[1])
+
+
+def _other_end(fd, link, mode):
+    """`other end held by pid 456 (node gui.js)`: a pipe's found in the fd tables of processes, a
+    Unix socket's from its peer credentials (the process that made the socketpair, or the peer)."""
+    if link.startswith("socket:"):
+        pid = _peer_pid(fd)
+        return "other end held by %s" % _who(pid) if pid else "other end not known"
+    pids, complete = holders(link, mode)
+    cut = "" if complete else " (search cut short)"
+    if not pids:
+        return "no process found holding the other end" + cut
+    pids = [p for p in pids if p != os.getpid()] + [p for p in pids if p == os.getpid()]
+    return "other end held by %s%s" % (", ".join(_who(p) for p in pids[:3]), cut)
+
+
+def _who(pid):
+    return "this process" if pid == os.getpid() else "pid %d (%s)" % (pid, command(pid) or "?")
+
+
+def _peer_pid(fd):
+    import _socket
+    import struct
+    try:
+        sock = _socket.socket(fileno=os.dup(fd))  # a duplicate, closed at once: the fd itself is untouched
+    except OSError:
+        return None
+    try:
+        cred = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, struct.calcsize("3i"))
+        return struct.unpack("3i", cred)[0] or None
+    except (OSError, AttributeError, struct.error):
+        return None
+    finally:
+        sock.close()
+
+
+def holders(link, mode):
+    """(pids holding `link`, e.g. 'pipe:[123]', open for 'read' or 'write': this process first,
+    then its parent, then any other; whether every process was searched)."""
+    deadline = time.monotonic() + SCAN_SECONDS
+    me, parent = os.getpid(), os.getppid()
+    try:
+        others, listed = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (me, parent)], True
+    except OSError:
+        others, listed = [], False
+    found = []
+    for i, pid in enumerate([me, parent] + others):
+        if i >= SCAN_PROCS or time.monotonic() > deadline:
+            return found, False
+        if _holds(pid, link, mode):
+            found.append(pid)
+    return found, listed
+
+
+def _holds(pid, link, mode):
+    try:
+        fds = os.listdir("/proc/%d/fd" % pid)
+    except OSError:  # gone, or another user's
+        return False
+    return any(_link("/proc/%d/fd/%s" % (pid, fd)) == link and _mode(pid, fd) in (mode, "both") for fd in fds)
+
+
+def _own_fds(link, mode):
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return []
+    return [int(fd) for fd in fds if _link("/proc/self/fd/" + fd) == link and _mode("self", fd) in (mode, "both")]
+
+
+def _mode(pid, fd):
+    """'read', 'write' or 'both': how a process opened one of its fds (fdinfo's flags)."""
+    for line in _read("/proc/%s/fdinfo/%s" % (pid, fd)).splitlines():
+        if line.startswith("flags:"):
+            try:
+                return ("read", "write", "both", "both")[int(line.split()[1], 8) & 3]
+            except (ValueError, IndexError):
+                return None
+    return None
+
+
+def command(pid):
+    """A process's command line, redacted, with each path shortened to its last part:
+    `node gui.js`, `python train.py --lr 3`; '' when it cannot be read."""
+    raw = _read("/proc/%d/cmdline" % pid, 4096)
+    args = redact.argv([a for a in raw.split("\0") if a])
+    text = " ".join(os.path.basename(a) if i == 0 or (os.sep in a and not a.startswith("-") and " " not in a) else a
+                    for i, a in enumerate(args))
+    return text if len(text) <= MAX_COMMAND else text[:MAX_COMMAND - 3] + "..."
+
+
+def _quote(text):
+    text = text if len(text) <= 120 else "..." + text[-117:]
+    return '"%s"' % text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+# --- sockets -------------------------------------------------------------------------------------
+
+def _polled_sockets(frame):
+    """fds of the sockets a thread in poll waits on: a socket with a timeout waits there, held in
+    the innermost frames' locals (`sock`; socket.SocketIO's `_sock` under http.client). An event
+    loop's select waits on many things at once, which is idle rather than one peer."""
+    import _socket
+    mod = sys.modules.get("socket")
+    if mod is None:
+        return []
+    # The standard library's classes only: a green-thread library's own socket class is left alone.
+    kinds = tuple(k for k in (getattr(mod, "socket", None), getattr(sys.modules.get("ssl"), "SSLSocket", None))
+                  if isinstance(k, type) and issubclass(k, _socket.socket))
+    fds = []
+    for f in _frames(frame, SOCKET_FRAMES):
+        if f.f_code.co_name in ("select", "poll", "run_forever", "_run_once"):
+            return []
+        for value in list(_locals(f).values()):
+            if type(value) is getattr(mod, "SocketIO", None):
+                value = vars(value).get("_sock")
+            if type(value) in kinds:
+                fd = _socket.socket.fileno(value)  # the C method itself: no Python code of anyone's runs
+                if fd >= 0 and fd not in fds:
+                    fds.append(fd)
+    return fds
+
+
+def _socket(fd, call):
+    """`fd 8 connecting, TCP 127.0.0.1:51234 -> 127.0.0.1:29500, SYN_SENT, client; SYN sent 4 times`."""
+    link = _link("/proc/self/fd/%d" % fd)
+    if not link.startswith("socket:["):
+        return ""
+    fields, listening = _tcp(link[len("socket:["):-1])
+    if fields is None:
+        return ""
+    local, remote, state = _address(fields[1]), _address(fields[2]), _TCP_STATES.get(fields[3], fields[3])
+    unsent, _, unread = fields[4].partition(":")
+    retries = int(fields[6], 16)
+    # A connection whose local port something listens on is the server's end of it.
+    role = "server" if state != "LISTEN" and fields[1].rpartition(":")[2] in listening else "client"
+    text = "fd %d %s, TCP %s -> %s, %s, %s" % (fd, _CALL_WORDS.get(call, call), local, remote, state, role)
+    if state == "SYN_SENT":
+        return text + "; SYN sent %d time%s" % (retries + 1, "" if retries == 0 else "s")
+    return text + "; %d bytes received unread, %d unsent" % (int(unread, 16), int(unsent, 16))
+
+
+def _tcp(inode):
+    """(the /proc/net/tcp{,6} fields of the socket with this inode or None, the local ports (hex)
+    some socket listens on), in one pass: reading those tables costs milliseconds."""
+    row, listening = None, set()
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        try:
+            with open(table, "rb") as f:
+                f.readline()  # the header
+                seen = 0
+                for line in f:
+                    seen += len(line)
+                    if seen > MAX_TCP_BYTES:
+                        break
+                    fields = line.decode("ascii", "replace").split()
+                    if len(fields) < 10:
+                        continue
+                    if fields[3] == "0A":
+                        listening.add(fields[1].rpartition(":")[2])
+                    if fields[9] == inode:
+                        row = fields
+        except OSError:
+            continue
+    return row, listening
+
+
+def _address(hexed):
+    """'0100007F:9AD4' -> '127.0.0.1:39636' (the kernel writes each 32-bit word in host order)."""
+    import socket
+    raw, _, port = hexed.partition(":")
+    try:
+        data = b"".join(int(raw[i:i + 8], 16).to_bytes(4, sys.byteorder) for i in range(0, len(raw), 8))
+        if len(data) == 16 and data[:12] == b"\0" * 10 + b"\xff\xff":
+            data = data[12:]  # an IPv4 address on an IPv6 socket
+        if len(data) == 4:
+            return "%s:%d" % (socket.inet_ntop(socket.AF_INET, data), int(port, 16))
+        return "[%s]:%d" % (socket.inet_ntop(socket.AF_INET6, data), int(port, 16))
+    except (ValueError, OSError):
+        return hexed
+
+
+# --- small readers -------------------------------------------------------------------------------
+
+def _frames(frame, limit):
+    while frame is not None and limit > 0:
+        yield frame
+        frame = frame.f_back
+        limit -= 1
+
+
+def _locals(frame):
+    try:
+        scope = frame.f_locals
+    except Exception:
+        return {}
+    return scope if scope is not None else {}
+
+
+def _link(path):
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""
+
+
+def _read(path, limit=65536):
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return ""

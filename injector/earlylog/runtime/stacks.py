@@ -1,0 +1,121 @@
+"""The rich stack dump: every thread's name, ids, daemon flag, kernel state, phase and frames,
+plus each pending asyncio task's await chain. It only reads; it must never block or raise."""
+import sys
+import time
+
+from earlylog.runtime import peers, threads as our_threads, waits
+
+MAX_FRAMES = 40
+SAMPLE = 0.2  # seconds between two CPU readings, to tell a busy thread from a blocked one
+
+
+def cpu_shares():
+    """{native tid: share of a core it ran or queued for over SAMPLE seconds}, and their sum."""
+    from earlylog.runtime import kstate
+    before = {tid: kstate.cpu_seconds(tid) for tid in kstate.tids()}
+    start = time.monotonic()
+    time.sleep(SAMPLE)
+    took = time.monotonic() - start
+    shares = {}
+    for tid, spent in before.items():
+        after = kstate.cpu_seconds(tid)
+        if spent is not None and after is not None:
+            shares[tid] = (after - spent) / took
+    return shares, sum(shares.values())
+
+
+def lines(shares=None, skip_ident=None):
+    """The continuation lines of a `dump:` event, one block per Python thread; (lines, count)."""
+    from earlylog.runtime import kstate, phases
+    frames = sys._current_frames()
+    threads = our_threads.program_threads()
+    main = our_threads.main_ident()
+    natives = our_threads.native_ids()
+    shares = shares or {}
+    out = []
+    for ident, frame in sorted(frames.items(), key=lambda item: item[0] != main):
+        if ident == skip_ident:
+            continue
+        thread = threads.get(ident)
+        tid = getattr(thread, "native_id", None) or natives.get(ident)
+        ours = our_threads.name_of(ident)
+        name = thread.name if thread is not None else ours or (
+            "MainThread" if ident == main else "(no threading.Thread)")
+        daemon = ours is not None or (thread is not None and thread.daemon)
+        flags = ["daemon" if daemon else "not daemon"]
+        if ident == main:
+            flags.append("main")
+        out.append("thread %s (tid %s, ident 0x%x, %s)" % (name, tid or "?", ident, ", ".join(flags)))
+        for part in (lambda: ["  " + kstate.describe(tid, shares.get(tid))] if tid else [],
+                     lambda: ["  phase: " + phases.describe(ident)] if phases.describe(ident) else [],
+                     lambda: waits.notes(ident, frame, frames, threads),
+                     lambda: peers.lines(tid, ident, frame) if tid else [],
+                     lambda: ["  " + f for f in frame_lines(frame)],
+                     lambda: _asyncio_lines(frame)):
+            try:
+                out.extend(line for line in part() if line.strip())
+            except Exception as exc:  # one odd thread must not cost the dump of the others
+                out.append("  (earlylog could not read this part: %r)" % (exc,))
+    native = len(kstate.tids()) - len(frames)
+    if native > 0:
+        out.append("(%d more OS thread%s with no Python stack: faulthandler's timer, native libraries such as "
+                   "OpenMP, CUDA, gloo)" % (native, "" if native == 1 else "s"))
+    return out, len(frames) - (1 if skip_ident in frames else 0)
+
+
+def frame_lines(frame):
+    """`file:line in function: source`, most recent call first, at most MAX_FRAMES."""
+    import linecache
+    out = []
+    while frame is not None and len(out) < MAX_FRAMES:
+        code = frame.f_code
+        source = linecache.getline(code.co_filename, frame.f_lineno).strip()
+        out.append("%s:%d in %s%s" % (code.co_filename, frame.f_lineno, code.co_name,
+                                      ": " + source if source else ""))
+        frame = frame.f_back
+    if frame is not None:
+        out.append("... (older frames cut)")
+    return out
+
+
+def _asyncio_lines(frame):
+    """A thread running an event loop is parked in select; its tasks show where it really waits."""
+    loop = _running_loop(frame)
+    if loop is None:
+        return []
+    import asyncio
+    try:
+        tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    except RuntimeError:  # the task set changed while we read it; the next dump will have it
+        return ["  asyncio: the task list changed while being read"]
+    out = ["  asyncio: %d pending task%s on this thread's event loop" % (len(tasks), "" if len(tasks) == 1 else "s")]
+    for task in tasks[:50]:
+        out.append("    task %s: %s" % (task.get_name(), " > ".join(await_chain(task.get_coro()))))
+    return out
+
+
+def _running_loop(frame):
+    while frame is not None:
+        if frame.f_code.co_name == "run_forever" and "asyncio" in frame.f_code.co_filename:
+            return frame.f_locals.get("self")
+        frame = frame.f_back
+    return None
+
+
+def await_chain(coro):
+    """['main.py:10 in worker', 'main.py:20 in fetch', 'awaiting <Future pending>'], outermost first."""
+    chain = []
+    while coro is not None and len(chain) < MAX_FRAMES:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None) or getattr(coro, "ag_frame", None)
+        if frame is None:
+            # A bare Future shows as its iterator (FutureIter) with nothing more to say.
+            chain.append("awaiting " + ("a Future" if type(coro).__name__ == "FutureIter" else _short(coro)))
+            break
+        chain.append("%s:%d in %s" % (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None) or getattr(coro, "ag_await", None)
+    return chain
+
+
+def _short(obj):
+    text = repr(obj)
+    return text if len(text) <= 200 else text[:200] + "..."

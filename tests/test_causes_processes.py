@@ -1,0 +1,440 @@
+"""Causes across processes, each from a real program: a parent waiting on a child, the pipe
+deadlock of `Popen(stdout=PIPE).wait()`, a Node.js launcher that never reads its child's stdout,
+a prompt on a stdin nobody answers, a socket with no answer on 127.0.0.1, and a
+`multiprocessing.Pool` whose worker was SIGKILLed. Each test asserts the cause a user reads
+first (JSON `causes` and the text verdict's first lines), its evidence and its next step."""
+import os
+import re
+import shutil
+import socket
+import subprocess
+
+import pytest
+
+from earlylog.read import logread, verdict
+from support import (PYTHON, ROOT, T0, earlylog, kill_tree, log_files, python_3, read, report_json, script, stalled,
+                     start, thread, wait_for, write)
+
+NODE_DIR = os.path.join(ROOT, "tests", "node")
+needs_node = pytest.mark.skipif(
+    not shutil.which("node") or not os.path.isdir(os.path.join(NODE_DIR, "node_modules")),
+    reason="needs node and `npm install` in tests/node (.ci/run does both)")
+QUIET = {"EARLYLOG_NATIVE": "0"}  # no gdb stacks: they cost seconds and show nothing asked here
+
+
+def dumped(logdir, n=1, needle=""):
+    """n log files hold a stall dump (containing needle, e.g. a runtime note)."""
+    def enough():
+        return sum(1 for f in log_files(logdir) if "dump: stall" in read(f) and needle in read(f)) >= n
+    wait_for(enough)
+
+
+def causes(rep, kind):
+    return [c for c in rep["causes"] if c["kind"] == kind]
+
+
+def children(pid):
+    """The pids of a live process's children, from the kernel."""
+    with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+        return [int(c) for c in f.read().split()]
+
+
+def leads(text, cause):
+    """The text report gives the cause and its next step right after its headline (numbers aside:
+    the text is read a moment after the JSON, when a newer dump may count more seconds or SYNs)."""
+    def flat(words):
+        return re.sub(r"\d+(\.\d+)?", "N", " ".join(words.split()))
+    head = flat(text.split("\n- ")[1]) if "\n- " in text else ""
+    return head.startswith(flat("%s; next: %s" % (cause["text"], cause["next"])))
+
+
+def test_pipe_deadlock_names_the_child_and_says_communicate(tmp_path, logdir):
+    path = script(tmp_path, """
+        import os, subprocess, sys
+        def chatter():
+            for i in range(100000):
+                print("line %d %s" % (i, "x" * 60))
+        def run_child():
+            proc = subprocess.Popen([sys.executable, __file__, "child"], stdout=subprocess.PIPE)
+            return proc.wait()
+        if sys.argv[1:] == ["child"]:
+            chatter()
+        else:
+            run_child()
+        """, "dl.py")
+    proc = start([path], logdir, **QUIET)
+    try:
+        dumped(logdir, 2)
+        child = children(proc.pid)[0]
+        rep = report_json(logdir)
+        text = earlylog("report", "--stacks", logdir).stdout
+    finally:
+        kill_tree(proc)
+    (cause,) = causes(rep, "pipe-deadlock")
+    assert cause["pids"] == [proc.pid, child]
+    assert "run_child at dl.py:8" in cause["text"] and "pid %d" % child in cause["text"]
+    assert "stdout" in cause["text"] and "deadlock" in cause["text"]
+    assert "communicate()" in cause["next"]
+    assert leads(text, cause)
+    # The child's stack shows the user's print, not earlylog's own stdout layer.
+    stack = text.split("thread MainThread: blocked: writing to fd 1")[1].splitlines()
+    assert stack[1].strip() == "%s:5 in chatter" % path
+
+
+def test_pipe_deadlock_is_seen_from_the_parent_alone_without_calling_program_code(tmp_path, logdir):
+    # The child runs without earlylog (any program can fill a pipe); the parent waits through a
+    # Popen subclass whose attribute access would show if the watchdog ever called it.
+    spy = tmp_path / "called"
+    path = script(tmp_path, """
+        import os, subprocess, sys, threading
+        class Tracked(subprocess.Popen):
+            def __getattribute__(self, name):
+                if threading.current_thread() is not threading.main_thread():
+                    open(%r, "a").write(name + "\\n")
+                return super().__getattribute__(name)
+        def run_child():
+            code = "print('x' * 100 + '\\\\n' * 2000, end=''); print('y' * 200000)"
+            env = dict(os.environ, EARLYLOG="0")
+            proc = Tracked([sys.executable, "-c", code], stdout=subprocess.PIPE, env=env)
+            return proc.wait()
+        run_child()
+        """ % str(spy), "quiet.py")
+    proc = start([path], logdir, **QUIET)
+    try:
+        dumped(logdir, 1, "child: pid")
+        child = children(proc.pid)[0]
+        rep = report_json(logdir)
+    finally:
+        kill_tree(proc)
+    (cause,) = causes(rep, "pipe-deadlock")
+    assert cause["pids"] == [proc.pid, child] and "run_child at quiet.py:12" in cause["text"]
+    assert "communicate()" in cause["next"]
+    assert not spy.exists(), spy.read_text()
+
+
+def test_parent_waiting_on_a_sleeping_child_names_it_and_is_no_deadlock(tmp_path, logdir):
+    path = script(tmp_path, """
+        import socket, subprocess, sys, threading
+        def serve(server):
+            conn, _ = server.accept()          # an idle server: healthy, never a cause
+            conn.recv(100)
+        server = socket.create_server(("127.0.0.1", 0))
+        threading.Thread(target=serve, args=(server,), daemon=True).start()
+        client = socket.create_connection(server.getsockname())
+        def prepare():
+            subprocess.run([sys.executable, "-c", "import time; time.sleep(60)"])
+        prepare()
+        """, "prep.py")
+    proc = start([path], logdir, **QUIET)
+    try:
+        dumped(logdir, 2)
+        child = children(proc.pid)[0]
+        rep = report_json(logdir)
+    finally:
+        kill_tree(proc)
+    mine = [c for c in rep["causes"] if c["kind"] in ("child", "pipe-deadlock", "pipe-full", "stdin", "network", "pool")]
+    assert [c["kind"] for c in mine] == ["child"]
+    (cause,) = mine
+    assert cause["pids"] == [proc.pid, child]
+    assert "prepare at prep.py:10" in cause["text"] and "subprocess.run" in cause["text"]
+    assert "sleeping" in cause["text"] and "time.sleep" in cause["text"]
+    assert "deadlock" not in (cause["text"] + cause["next"]).lower()
+    assert "timeout=" in cause["next"]
+
+
+@needs_node
+def test_node_launcher_not_reading_stdout_is_named_with_the_fix(tmp_path, logdir):
+    path = script(tmp_path, """
+        def report_progress():
+            for i in range(100000):
+                print("step %d %s" % (i, "x" * 60))
+        report_progress()
+        """, "chatty.py")
+    proc = start(["spawn.js", "unread", "inherit", "--", PYTHON, path], logdir, program="node", cwd=NODE_DIR,
+                 **QUIET)
+    try:
+        dumped(logdir, 1, "pipe: fd 1")
+        (child,) = children(proc.pid)
+        rep = report_json(logdir)
+        text = earlylog("report", logdir).stdout
+    finally:
+        kill_tree(proc)
+    (cause,) = causes(rep, "pipe-full")
+    assert cause["pids"] == [child, proc.pid]
+    assert "pid %d (node spawn.js" % proc.pid in cause["text"] and "report_progress at chatty.py:4" in cause["text"]
+    assert "stdout" in cause["text"]
+    assert "stdio: 'inherit'" in cause["next"] and "'ignore'" in cause["next"]
+    assert leads(text, cause)
+
+
+@needs_node
+def test_prompt_on_a_stdin_the_node_launcher_never_writes(tmp_path, logdir):
+    path = script(tmp_path, """
+        def confirm():
+            return input("Continue? [y/N] ")
+        print("about to download the weights")
+        confirm()
+        """, "ask.py")
+    proc = start(["spawn.js", "unread", "inherit", "--", PYTHON, path], logdir, program="node", cwd=NODE_DIR,
+                 **QUIET)
+    try:
+        dumped(logdir, 1, "stdin: fd 0")
+        (child,) = children(proc.pid)
+        rep = report_json(logdir)
+        text = earlylog("report", logdir).stdout
+    finally:
+        kill_tree(proc)
+    (cause,) = causes(rep, "stdin")
+    assert cause["pids"] == [child, proc.pid]
+    assert '"Continue? [y/N]' in cause["text"] and "confirm at ask.py:3" in cause["text"]
+    assert "pid %d (node spawn.js" % proc.pid in cause["text"]
+    assert "stdin" in cause["next"] and "'ignore'" in cause["next"]
+    assert leads(text, cause)
+
+
+def test_prompt_on_a_stdin_the_waiting_parent_holds(tmp_path, logdir):
+    path = script(tmp_path, """
+        import subprocess, sys
+        def licence():
+            print("Accept the licence? [y/N]")
+            return sys.stdin.readline()
+        def install():
+            subprocess.Popen([sys.executable, __file__, "child"], stdin=subprocess.PIPE).wait()
+        if sys.argv[1:] == ["child"]:
+            licence()
+        else:
+            install()
+        """, "setup_tool.py")
+    proc = start([path], logdir, **QUIET)
+    try:
+        dumped(logdir, 2)
+        child = children(proc.pid)[0]
+        rep = report_json(logdir)
+    finally:
+        kill_tree(proc)
+    (cause,) = causes(rep, "stdin")
+    assert cause["pids"] == [child, proc.pid]
+    assert '"Accept the licence? [y/N]"' in cause["text"] and "licence at setup_tool.py:5" in cause["text"]
+    assert "waits for it to exit" in cause["text"]  # the holder is its parent, in Popen.wait
+    assert "communicate(input=" in cause["next"] and "DEVNULL" in cause["next"]
+
+
+def test_child_reading_the_stdin_its_waiting_parent_never_writes_is_a_pipe_deadlock(tmp_path, logdir):
+    # No prompt, and the read is a library's (json.load): not a question to answer, but the
+    # parent holds the child's stdin open and waits, so neither moves.
+    path = script(tmp_path, """
+        import subprocess, sys
+        def convert():
+            code = "import json, sys; print('ready'); json.load(sys.stdin)"
+            return subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE).wait()
+        convert()
+        """, "convert.py")
+    proc = start([path], logdir, **QUIET)
+    try:
+        dumped(logdir, 2)
+        child = children(proc.pid)[0]
+        rep = report_json(logdir)
+    finally:
+        kill_tree(proc)
+    assert not causes(rep, "stdin")
+    (cause,) = causes(rep, "pipe-deadlock")
+    assert cause["pids"] == [proc.pid, child] and "convert at convert.py:5" in cause["text"]
+    assert "blocked reading its stdin: a pipe that only pid %d writes" % proc.pid in cause["text"]
+    assert "communicate(input=" in cause["next"] and "proc.stdin.close()" in cause["next"]
+
+
+@pytest.fixture
+def server():
+    """A listening socket on 127.0.0.1 that never accepts: connections queue, and none is answered."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(0)
+    fillers = []
+    yield srv, fillers
+    for s in fillers + [srv]:
+        s.close()
+
+
+@pytest.mark.parametrize("how", ["reply", "connect"])
+def test_socket_with_no_answer_names_the_peer_and_how_long(tmp_path, logdir, server, how):
+    srv, fillers = server
+    port = srv.getsockname()[1]
+    if how == "connect":
+        # A full accept queue drops new SYNs: the connect retries with no answer, as to a blackhole.
+        for _ in range(2):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", port))
+            fillers.append(s)
+    path = script(tmp_path, """
+        import socket, sys
+        def fetch_weights(port):
+            sock = socket.create_connection(("127.0.0.1", port))
+            sock.sendall(b"GET /weights\\n")
+            return sock.recv(100)
+        fetch_weights(int(sys.argv[1]))
+        """, "net.py")
+    proc = start([path, str(port)], logdir, **QUIET)
+    try:
+        dumped(logdir, 1, "socket: fd")
+        rep = report_json(logdir)
+        text = earlylog("report", logdir).stdout
+    finally:
+        kill_tree(proc)
+    (cause,) = causes(rep, "network")
+    assert cause["pids"] == [proc.pid]
+    assert "127.0.0.1:%d" % port in cause["text"]
+    assert re.search(r"for \d+(\.\d)? s", cause["text"])
+    if how == "connect":
+        assert "connecting" in cause["text"] and "fetch_weights at net.py:4" in cause["text"]
+    else:
+        assert "waiting for a reply" in cause["text"] and "fetch_weights at net.py:6" in cause["text"]
+    assert "timeout" in cause["next"]
+    assert leads(text, cause)
+
+
+def test_pool_whose_worker_was_killed_never_recovers(tmp_path, logdir):
+    path = script(tmp_path, """
+        import multiprocessing as mp, os, signal
+        def work(x):
+            if x == 3:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return x * x
+        def main():
+            with mp.get_context("spawn").Pool(2) as pool:
+                return pool.map(work, range(8))
+        if __name__ == "__main__":
+            print(main())
+        """, "squares.py")
+    proc = start([path], logdir, **QUIET)
+    try:
+        rep = wait_for(lambda: (lambda r: r if causes(r, "pool") else None)(report_json(logdir)))
+        text = earlylog("report", logdir).stdout
+    finally:
+        kill_tree(proc)
+    (dead,) = [p for p in rep["processes"] if p["state"] == "vanished"]
+    (cause,) = causes(rep, "pool")
+    assert cause["pids"] == [proc.pid, dead["pid"]]
+    assert "main at squares.py:9" in cause["text"] and "pool.map" in cause["text"]
+    assert "never" in cause["text"]
+    assert "ProcessPoolExecutor" in cause["next"] and "BrokenProcessPool" in cause["next"]
+    assert leads(text, cause)
+
+
+def test_peers_read_pipes_and_children_without_touching_them():
+    """The runtime's own look: a pipe's other end, a child's state, and a child that is gone."""
+    from earlylog.runtime import peers
+    r, w = os.pipe()
+    child = subprocess.Popen(["sleep", "30"], stdin=r)
+    try:
+        link = os.readlink("/proc/self/fd/%d" % w)
+        holders, complete = peers.holders(link, "write")
+        assert holders == [os.getpid()] and complete
+        line = peers.child(child.pid)
+        assert line.startswith("pid %d (sleep 30), state S (sleeping)" % child.pid)
+    finally:
+        child.kill()
+        child.wait()
+        os.close(r)
+        os.close(w)
+    assert peers.child(child.pid) == "pid %d: gone (it exited)" % child.pid
+
+
+@pytest.mark.parametrize("minor", [None, 9, 13])
+def test_timed_waits_are_read_from_the_frames_on_every_python(tmp_path, logdir, minor):
+    """A timed wait sleeps or polls rather than naming its child or socket in the system call:
+    the runtime finds the Popen and the socket in the live frames, whose layout differs by version."""
+    exe = PYTHON if minor is None else python_3(minor)
+    if exe is None:
+        pytest.skip("python3.%d is not on this machine" % minor)
+    from earlylog.cli import launch
+    path = script(tmp_path, """
+        import socket, subprocess, sys, threading
+        server = socket.create_server(("127.0.0.1", 0))
+        def fetch_index():
+            sock = socket.create_connection(server.getsockname(), timeout=600)
+            return sock.recv(10)
+        def build():
+            proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+            return proc.wait(timeout=600)
+        threading.Thread(target=fetch_index, name="fetcher", daemon=True).start()
+        build()
+        """, "timed.py")
+    env = {} if minor is None else {"PYTHONPATH": launch.variables({})["PYTHONPATH"]}
+    proc = start([path], logdir, program=exe, **dict(QUIET, **env))
+    try:
+        dumped(logdir, 2)
+        dumped(logdir, 1, "socket: fd")
+        child = children(proc.pid)[0]
+        rep = report_json(logdir)
+    finally:
+        kill_tree(proc)
+    assert minor is None or "Python 3.%d" % minor in read(log_files(logdir)[0])
+    (waits,) = causes(rep, "child")
+    assert waits["pids"] == [proc.pid, child] and "build at timed.py:9" in waits["text"]
+    assert "proc.wait(timeout=...)" in waits["next"]
+    (net,) = causes(rep, "network")
+    assert net["threads"] == ["fetcher"] and "fetch_index at timed.py:6, thread fetcher" in net["text"]
+    assert "waiting for a reply from 127.0.0.1:" in net["text"]
+
+
+# The reader piece by piece, on small log folders (another host: no liveness check applies).
+READ = "blocked: waiting to read from fd 0 (stdin), a pipe [kernel: anon_pipe_read]"
+WAIT = "blocked: waiting for a child process to exit [kernel: do_wait]"
+LIB = "/usr/lib/python3.11/"
+
+
+def judged(folder):
+    rep = verdict.judge(logread.read(str(folder)), now=T0 + 60)
+    assert not rep["problems"], rep["problems"]
+    return rep
+
+
+def test_odd_commands_and_damaged_notes_are_read_as_far_as_they_go(tmp_path):
+    odd = 'python -c print("(x)"), state'
+    stalled(tmp_path, 11, thread("MainThread", "0x1", [(LIB + "subprocess.py", 2004, "_try_wait", "os.waitpid()"),
+                                                     ("/app/run.py", 8, "run", "proc.wait()")], state=WAIT, notes=[
+        "child: pid 12 (%s), state S (sleeping), blocked writing to fd 1 (stdout), pipe:[5], full (65536 of 65536 "
+        "bytes), which only this process reads" % odd], main=True), tag="run")
+    stalled(tmp_path, 20, thread("MainThread", "0x2", [("/app/odd.py", 3, "odd", "x")], notes=[
+        "child: pid x", "pipe: fd 1 (stdout), nothing", "stdin: fd 0", "socket: fd 3 receiving, TCP ?",
+        "child: pid 21: gone (it exited)"], main=True), tag="odd")
+    rep = judged(tmp_path)
+    (cause,) = rep["causes"]
+    assert cause["kind"] == "pipe-deadlock" and cause["pids"] == [11, 12] and "(%s)" % odd in cause["text"]
+    assert "run at run.py:8" in cause["text"] and "a full pipe (65536 of 65536 bytes)" in cause["text"]
+
+
+def test_idle_ends_give_no_cause(tmp_path):
+    # A server's end of a connection, a library reading stdin with no prompt (a language server),
+    # a pool whose other worker still computes: idle or working, not stuck.
+    stalled(tmp_path, 30, thread("handler", "0x3", [("/app/srv.py", 9, "handle", "conn.recv(4)")], notes=[
+        "socket: fd 7 receiving, TCP 127.0.0.1:8000 -> 127.0.0.1:51000, ESTABLISHED, server; 0 bytes received "
+        "unread, 0 unsent"]), tag="srv")
+    stalled(tmp_path, 31, thread("MainThread", "0x4", [(LIB + "json/__init__.py", 293, "load", "fp.read()"),
+                                                     ("/app/lsp.py", 4, "serve", "json.load(sys.stdin)")],
+                                 state=READ, notes=["stdin: fd 0, pipe:[9]; other end held by pid 1 (node ext.js)"],
+                                 main=True), tag="lsp", extra=[(1, "out", '{"ready": true}', ())])
+    pool = [(LIB + "multiprocessing/pool.py", 367, "map", "return self._map_async()"),
+            ("/app/sq.py", 9, "main", "pool.map(work, range(8))")]
+    stalled(tmp_path, 40, thread("MainThread", "0x5", pool, main=True), tag="sq")
+    write(tmp_path, 41, [(0, "start", "pid 41 (parent 40) argv python -c spawn_main; log x (via pth)", ()),
+                         (1, "exit", "status 1 after 1 s; os._exit", ())], tag="mp-child")
+    stalled(tmp_path, 42, thread("MainThread", "0x6", [("/app/sq.py", 4, "work", "x * x")],
+                                 state="busy: running on a CPU (99% of a core)", main=True), tag="mp-child", parent=40)
+    assert judged(tmp_path)["causes"] == []
+    (tmp_path / "20260101-000000-node9-42-mp-child.log").unlink()  # no worker computes now: the task is lost
+    (cause,) = judged(tmp_path)["causes"]
+    assert cause["kind"] == "pool" and cause["pids"] == [40, 41] and "worker pid 41 exited with an error" in cause["text"]
+
+
+def test_a_prompt_printed_with_a_newline_is_named(tmp_path):
+    stalled(tmp_path, 50, thread("MainThread", "0x7", [(LIB + "getpass.py", 80, "unix_getpass", "input()"),
+                                                     ("/app/login.py", 3, "login", "getpass.getpass()")],
+                                 state=READ, notes=["stdin: fd 0, socket:[9]; other end held by pid 49 (node gui.js)"],
+                                 main=True), tag="login", extra=[(1, "err", "Password:", ())])
+    (cause,) = judged(tmp_path)["causes"]
+    assert cause["kind"] == "stdin" and cause["pids"] == [50, 49]
+    assert 'after printing "Password:"' in cause["text"] and "pid 49 (node gui.js)" in cause["text"]
+    assert "stdio: ['ignore'" in cause["next"]
+

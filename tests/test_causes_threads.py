@@ -1,0 +1,359 @@
+"""The report's causes across the threads of one process, and across a run that ended at once:
+each scenario is a real program (locks, joins, a dead worker, C code holding the GIL, a stack
+overflow, a run killed from outside) read back with `earlylog report`; the cause sentence, its
+next step and the JSON are checked, and healthy programs must get no cause at all."""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from earlylog.runtime import records
+from support import (PYTHON, ROOT, TIMEOUT, clean_env, earlylog, kill_tree, log_files, python_3, read, report_json,
+                     run_python, script, start, wait_for)
+
+QUIET = {"EARLYLOG_NATIVE": "0"}  # no gdb/py-spy pass: it pauses every thread for seconds
+
+
+def stalled_report(logdir, proc, dumps=2, needle="dump: stall"):
+    """The JSON and text reports once the program has written `dumps` stall dumps (the newest is
+    read, so every thread is in place), then the whole tree is killed."""
+    try:
+        wait_for(lambda: sum(read(f).count(needle) for f in log_files(logdir)) >= dumps)
+        return report_json(logdir), earlylog("report", logdir)
+    finally:
+        kill_tree(proc)
+
+
+def only(rep, kind):
+    found = [c for c in rep["causes"] if c["kind"] == kind]
+    assert len(found) == 1, rep["causes"]
+    return found[0]
+
+
+def flat(text):
+    return " ".join(text.split())
+
+
+def leads(res, cause):
+    """The text report gives the cause and its next step before the process tree."""
+    head = flat(res.stdout.partition(" in %s" % os.path.sep)[0])  # up to `N processes in /folder`
+    assert flat(cause["text"]) in head and flat("next: " + cause["next"]) in head, res.stdout
+
+
+def test_demo_hang_names_the_prefetch_thread_as_the_lock_holder(logdir):
+    proc = start([os.path.join(ROOT, "scripts", "demo_hang.py")], logdir, **QUIET)
+    rep, res = stalled_report(logdir, proc)
+    (pid,) = [p["pid"] for p in rep["processes"]]
+    cause = rep["causes"][0]
+    assert cause["kind"] == "lock" and cause["pids"] == [pid] and cause["threads"] == ["MainThread", "prefetch"]
+    text = cause["text"]
+    assert "`_cache_lock`" in text and "load_dataset at demo_hang.py:15" in text
+    assert "thread prefetch holds it" in text and "prefetch_shards at demo_hang.py:10" in text
+    assert "deadlock" not in text
+    assert "release" in cause["next"] and "_cache_lock" in cause["next"]
+    leads(res, cause)
+
+
+def test_the_demo_script_shows_the_lock_holder_in_its_report():
+    res = subprocess.run([PYTHON, os.path.join(ROOT, "scripts", "demo.py")], env=clean_env(),
+                         capture_output=True, text=True, timeout=TIMEOUT)
+    report = res.stdout.partition("(while it is still stuck)")[2]
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "thread prefetch holds it" in flat(report) and "`_cache_lock`" in report
+
+
+def test_two_locks_taken_in_opposite_order_are_a_deadlock_naming_both_threads(tmp_path, logdir):
+    proc = start([script(tmp_path, """
+        import threading
+        lock_a = threading.Lock()
+        lock_b = threading.Lock()
+        both = threading.Barrier(2)
+        def transfer():
+            with lock_a:
+                both.wait()
+                with lock_b:
+                    pass
+        def audit():
+            with lock_b:
+                both.wait()
+                with lock_a:
+                    pass
+        workers = [threading.Thread(target=f, name=f.__name__) for f in (transfer, audit)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        """, "bank.py")], logdir, **QUIET)
+    rep, res = stalled_report(logdir, proc)
+    cause = rep["causes"][0]
+    assert cause["kind"] == "deadlock" and sorted(cause["threads"]) == ["audit", "transfer"]
+    text = cause["text"]
+    for part in ("deadlock", "thread transfer holds `lock_a` (with block at bank.py:7)",
+                 "waits for `lock_b` at bank.py:9", "thread audit holds `lock_b` (with block at bank.py:12)",
+                 "waits for `lock_a` at bank.py:14"):
+        assert part in text, text
+    assert "one order" in cause["next"]
+    # The main thread's join is explained by the deadlock, not by a second lock story.
+    join = only(rep, "join")
+    assert "thread transfer" in join["text"] and "deadlock" in join["text"]
+    assert [c["kind"] for c in rep["causes"]].count("lock") == 0
+    leads(res, cause)
+
+
+def test_rlock_on_self_names_the_holder_and_what_the_holder_waits_for(tmp_path, logdir):
+    proc = start([script(tmp_path, """
+        import threading, time
+        class Cache:
+            def __init__(self):
+                self._lock = threading.RLock()
+                self.ready = threading.Event()
+            def refresh(self):
+                with self._lock:
+                    self.ready.wait()
+            def get(self, key):
+                with self._lock:
+                    return key
+        cache = Cache()
+        threading.Thread(target=cache.refresh, name="refresher", daemon=True).start()
+        time.sleep(0.1)
+        cache.get("x")
+        """, "cache.py")], logdir, **QUIET)
+    rep, res = stalled_report(logdir, proc)
+    cause = only(rep, "lock")
+    assert cause["threads"] == ["MainThread", "refresher"]
+    text = cause["text"]
+    assert "`self._lock`" in text and "get at cache.py:11" in text
+    assert "thread refresher holds it (with block at cache.py:8 in refresh)" in text
+    assert "event `self.ready`" in text and "cache.py:9" in text
+    assert "cache.py:9" in cause["next"]
+
+
+def test_a_thread_taking_a_plain_lock_it_already_holds_is_told_to_use_an_rlock(tmp_path, logdir):
+    proc = start([script(tmp_path, """
+        import threading
+        registry_lock = threading.Lock()
+        def register(name):
+            with registry_lock:
+                return validate(name)
+        def validate(name):
+            with registry_lock:
+                return name
+        register("x")
+        """, "registry.py")], logdir, **QUIET)
+    rep, res = stalled_report(logdir, proc)
+    cause = only(rep, "lock")
+    assert cause["threads"] == ["MainThread"]
+    assert "validate at registry.py:8" in cause["text"] and "already holds" in cause["text"]
+    assert "with block at registry.py:5 in register" in cause["text"]
+    assert "RLock" in cause["next"]
+
+
+def test_join_names_the_joined_thread_and_where_it_is(tmp_path, logdir):
+    proc = start([script(tmp_path, """
+        import threading
+        ack = threading.Event()
+        def upload():
+            ack.wait()
+        worker = threading.Thread(target=upload, name="uploader")
+        worker.start()
+        worker.join()
+        """, "up.py")], logdir, **QUIET)
+    rep, res = stalled_report(logdir, proc)
+    cause = only(rep, "join")
+    assert cause["threads"] == ["MainThread", "uploader"]
+    text = cause["text"]
+    assert "join at up.py:8" in text and "thread uploader" in text
+    assert "upload at up.py:5" in text and "event `ack`" in text
+    assert "uploader" in cause["next"]
+    leads(res, cause)
+
+
+def test_finished_program_kept_alive_by_a_non_daemon_thread_says_so(tmp_path, logdir):
+    proc = start([script(tmp_path, """
+        import threading, time
+        def heartbeat():
+            while True:
+                time.sleep(0.2)
+        threading.Thread(target=heartbeat, name="heartbeat").start()
+        print("done")
+        """, "hb.py")], logdir, **QUIET)
+    rep, res = stalled_report(logdir, proc)
+    cause = only(rep, "shutdown")
+    assert cause["threads"] == ["heartbeat"]
+    assert "finished" in cause["text"] and "thread heartbeat" in cause["text"]
+    assert "heartbeat at hb.py:5" in cause["text"]
+    assert "_shutdown" not in cause["text"]
+    assert "daemon=True" in cause["next"]
+    leads(res, cause)
+
+
+def test_worker_thread_that_died_is_the_reason_the_main_thread_waits(tmp_path, logdir):
+    proc = start([script(tmp_path, """
+        import queue, threading
+        batches = queue.Queue()
+        def load_batches():
+            raise ValueError("bad shard 3")
+        threading.Thread(target=load_batches, name="loader", daemon=True).start()
+        batch = batches.get()
+        """, "train.py")], logdir, **QUIET)
+    rep, res = stalled_report(logdir, proc)
+    cause = only(rep, "thread-died")
+    assert cause["threads"] == ["loader", "MainThread"]
+    text = cause["text"]
+    assert "thread loader died" in text and "ValueError: bad shard 3" in text
+    assert "load_batches at train.py:5" in text
+    assert "queue `batches`" in text and "train.py:7" in text
+    assert "load_batches" in cause["next"] and "timeout" in cause["next"]
+    leads(res, cause)
+
+
+def test_c_code_holding_the_gil_is_a_stall_with_the_user_frame_and_the_c_call(tmp_path, logdir):
+    proc = start([script(tmp_path, """
+        import re
+        def check_input(text):
+            return re.match(r"(a+)+$", text)
+        print("checking")
+        check_input("a" * 40 + "b")
+        """, "validate.py")], logdir, **QUIET)
+    try:
+        rep, res = stalled_report(logdir, proc, dumps=1, needle="Timeout (")
+        cause = only(rep, "gil")
+        assert cause["threads"] == ["MainThread"] and cause["pids"] == [rep["processes"][0]["pid"]]
+        text = cause["text"]
+        assert "GIL" in text and "re.match" in text and "check_input at validate.py:4" in text
+        assert "last sign of life" not in " ".join(rep["verdict"])
+        assert rep["processes"][0]["state"] == "stalled"
+        assert "py-spy dump --native" in cause["next"]
+        leads(res, cause)
+        # killed, the story stays: no "vanished ... last sign of life 0.0 s" as its only words
+        wait_for(lambda: report_json(logdir)["processes"][0]["state"] == "vanished")
+        after = report_json(logdir)
+        assert after["causes"][0]["kind"] == "gil"
+        assert not any(re.search(r"last sign of life 0\.\d s", line) for line in after["verdict"])
+    finally:
+        kill_tree(proc)
+
+
+def test_segfault_from_runaway_recursion_is_named_a_stack_overflow(tmp_path, logdir):
+    res = run_python([script(tmp_path, """
+        import sys
+        sys.setrecursionlimit(10 ** 7)
+        def walk_node(depth):
+            return walk_node.__call__(depth + 1)  # through C: each level costs C stack
+        walk_node(0)
+        """, "tree.py")], logdir=logdir, env=QUIET)
+    rep = report_json(logdir)
+    cause = only(rep, "stack-overflow")
+    assert cause["pids"] == [rep["processes"][0]["pid"]] and len(cause["threads"]) == 1
+    if res.returncode == -signal.SIGSEGV:  # 3.9-3.11; newer Pythons raise RecursionError instead
+        assert "walk_node at tree.py:5 recursed at least 100 deep" in cause["text"]
+        assert "Segmentation fault" in cause["text"]
+    else:
+        assert re.search(r"walk_node at tree.py:5 recursed \d+ deep", cause["text"]), cause["text"]
+    assert "walk_node" in cause["next"]
+
+
+def _run_of_workers(tmp_path, logdir):
+    """A launcher with three chatty workers, killed all at once from outside."""
+    proc = start([script(tmp_path, """
+        import subprocess, sys, time
+        if sys.argv[1:] == ["worker"]:
+            while True:
+                print("step", flush=True)
+                time.sleep(0.1)
+        workers = [subprocess.Popen([sys.executable, __file__, "worker"]) for _ in range(3)]
+        for w in workers:
+            w.wait()
+        """, "job.py")], logdir, **QUIET)
+    try:
+        wait_for(lambda: len(log_files(logdir)) == 4 and
+                 sum(read(f).count("out: step") >= 5 for f in log_files(logdir)) == 3 and
+                 any("dump: stall" in read(f) for f in log_files(logdir)))
+    finally:
+        kill_tree(proc)
+    wait_for(lambda: all(p["state"] == "vanished" for p in report_json(logdir)["processes"]))
+
+
+def test_a_whole_run_killed_at_once_is_one_cause_not_one_per_process(tmp_path, logdir):
+    _run_of_workers(tmp_path, logdir)
+    rep = report_json(logdir)
+    pids = sorted(p["pid"] for p in rep["processes"])
+    cause = only(rep, "run-stopped")
+    assert sorted(cause["pids"]) == pids and cause["threads"] == []
+    assert re.search(r"the whole run was stopped at \d\d:\d\d:\d\d: 4 processes at once", cause["text"])
+    assert "OOM" not in cause["text"] and "scheduler" in cause["next"]
+    assert not [line for line in rep["verdict"] if line.startswith("likely cause for")]
+    res = earlylog("report", logdir)
+    leads(res, cause)
+    assert "likely SIGKILL" not in res.stdout and "likely cause for" not in res.stdout
+
+    # The same run with memory breadcrumbs that point at the OOM killer: then, and only then, OOM.
+    oom = tmp_path / "oom"
+    shutil.copytree(logdir, oom)
+    last = max(log_files(oom), key=lambda f: "worker" in f)
+    record = records.parse(read(last).splitlines()[0])
+    with open(last, "a") as f:
+        f.write(records.format_lines("text", time.time() - 0.5, record["pid"], record["tag"], "vm", "mem",
+                                     "rss 1900 MiB; cgroup 1990 MiB of 2048 MiB (97%); oom_kill 1 (up from 0: the "
+                                     "kernel's OOM killer killed a process in this cgroup)"))
+    cause = only(report_json(oom), "run-stopped")
+    assert "OOM killer" in cause["text"] and "dmesg" in cause["next"]
+
+
+def test_busy_or_deliberately_sleeping_programs_get_no_cause(tmp_path, logdir):
+    busy = start([script(tmp_path, """
+        import threading, time
+        from concurrent.futures import ThreadPoolExecutor
+        pool = ThreadPoolExecutor(2)
+        pool.submit(sum, [1]).result()  # two idle workers, waiting for work
+        lock = threading.Lock()
+        def poll():
+            while True:
+                with lock:
+                    pass
+                time.sleep(0.05)
+        threading.Thread(target=poll, name="poller", daemon=True).start()
+        def crunch(n):
+            total = 0
+            for i in range(n):
+                with lock:
+                    total += i * i
+            return total
+        while True:
+            crunch(10 ** 5)
+        """, "busy.py")], logdir / "busy", **QUIET)
+    sleepy = start([script(tmp_path, """
+        import threading, time
+        lock = threading.Lock()
+        stop = threading.Event()
+        def keeper():
+            with lock:
+                stop.wait(60)  # holds a lock nobody wants, on purpose
+        threading.Thread(target=keeper, name="keeper", daemon=True).start()
+        time.sleep(60)
+        """, "sleepy.py")], logdir / "sleepy", **QUIET)
+    for proc, folder in ((busy, logdir / "busy"), (sleepy, logdir / "sleepy")):
+        rep, res = stalled_report(folder, proc)
+        assert rep["processes"][0]["state"] == "stalled"
+        assert rep["causes"] == [], rep["causes"]
+        assert "deadlock" not in res.stdout and "holds it" not in res.stdout
+
+
+@pytest.mark.parametrize("minor", [9, 13])
+def test_the_holder_is_found_on_other_pythons(logdir, minor):
+    """The notes come from inside the live process, whose frames and bytecode differ by version."""
+    exe = python_3(minor)
+    if exe is None:
+        pytest.skip("python3.%d is not on this machine" % minor)
+    from earlylog.cli import launch
+    env = clean_env(EARLYLOG=1, EARLYLOG_DIR=logdir, EARLYLOG_STALL=1, EARLYLOG_CONSOLE="off",
+                    PYTHONPATH=launch.variables({})["PYTHONPATH"], **QUIET)
+    proc = subprocess.Popen([exe, os.path.join(ROOT, "scripts", "demo_hang.py")], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    rep, _ = stalled_report(logdir, proc)
+    assert "Python 3.%d" % minor in read(log_files(logdir)[0])
+    assert rep["causes"][0]["kind"] == "lock" and "thread prefetch holds it" in rep["causes"][0]["text"]

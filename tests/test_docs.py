@@ -1,0 +1,73 @@
+"""The README and docs/ say what the code does: every knob is in the table, every command and
+option the README shows exists, every link and section a page or a code comment points to exists."""
+import glob
+import os
+import re
+import subprocess
+
+from support import ROOT, clean_env
+
+from earlylog.runtime.config import KNOBS
+
+README = os.path.join(ROOT, "README.md")
+PAGES = [README] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+
+
+def text(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def earlylog_help(*args):
+    out = subprocess.run(["earlylog", *args, "--help"], capture_output=True, text=True, env=clean_env(), timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def anchors(path):
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens."""
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+            for h in re.findall(r"^#+ (.+)$", text(path), re.M)}
+
+
+def test_readme_knob_table_lists_every_knob_and_no_other():
+    rows = set(re.findall(r"^\| `(EARLYLOG\w*)` \|", text(README), re.M))
+    assert rows == set(KNOBS)
+
+
+def readme_code():
+    """The README's code blocks (shell comments dropped) and inline code, one piece a line."""
+    readme = text(README)
+    blocks = re.findall(r"^```\w*\n(.*?)^```", readme, re.M | re.S)
+    lines = [line.split("#")[0] for block in blocks for line in block.splitlines()]
+    return lines + re.findall(r"`([^`\n]+)`", re.sub(r"^```.*?^```", "", readme, flags=re.M | re.S))
+
+
+def test_readme_commands_and_options_exist():
+    commands = set(re.findall(r"^    (\w+)\s", earlylog_help(), re.M))
+    shown = [m for piece in readme_code() for m in re.findall(r"\bearlylog ([a-z]+)(.*)", piece)]
+    assert commands <= {name for name, _ in shown}, "a command the README never mentions"
+    for name, rest in shown:
+        assert name in commands, "README shows `earlylog %s`, which does not exist" % name
+        options = set(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", rest))
+        usage = earlylog_help(name)
+        assert not [o for o in options if o not in usage], "README: `earlylog %s%s`" % (name, rest)
+
+
+def test_every_link_between_pages_and_every_section_exists():
+    for page in PAGES:
+        for target, anchor in re.findall(r"\]\(((?!https?:)[^)#]*)(?:#([^)]*))?\)", text(page)):
+            path = os.path.normpath(os.path.join(os.path.dirname(page), target)) if target else page
+            assert os.path.isfile(path), "%s links to %s, which is missing" % (page, target)
+            assert not anchor or anchor in anchors(path), "%s links to %s#%s, no such section" % (page, target, anchor)
+
+
+def test_code_comments_point_at_sections_that_exist():
+    design = os.path.join(ROOT, "docs", "design.md")
+    for path in glob.glob(os.path.join(ROOT, "injector", "**", "*.py"), recursive=True):
+        for anchor in re.findall(r"docs/design\.md#([\w-]+)", text(path)):
+            assert anchor in anchors(design), "%s points at docs/design.md#%s, no such section" % (path, anchor)
+
+
+def test_readme_fits_a_few_screens():
+    assert len(text(README).splitlines()) <= 250
