@@ -7,7 +7,7 @@ this interpreter; install that sdist with its `dev` extras (what pytest's own to
 earlylog editable from this checkout; run `python -m pytest` in the unpacked sdist twice, the
 same way (PYTHONWARNDEFAULTENCODING=1 as in pytest's tox.ini, own basetemp and cache per run),
 first without EARLYLOG and then with EARLYLOG=1 and its default console; read both JUnit XML
-files; print the counts, times and every test whose outcome differs (with the last line of its
+files; print the counts, times and every test whose outcome differs (with the first line of its
 failure), and exit 1 if any does. Too long for every CI run; docs/host-differences.md keeps the
 latest result.
 """
@@ -28,6 +28,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def main():
     args = parse_args()
+    # A shell's background job ignores SIGINT and exec keeps that, which would fail pytest's
+    # KeyboardInterrupt tests in both runs alike; a Python handler is reset to default on exec.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     version = args.pytest_version or pytest_version()
     workdir = os.path.abspath(args.workdir or tempfile.mkdtemp(prefix="earlylog-pytest-suite-"))
     os.makedirs(workdir, exist_ok=True)
@@ -66,9 +69,9 @@ def pytest_version():
     return pytest.__version__
 
 
-def step(what, command, **kwargs):
+def step(what, command):
     print("== " + what, flush=True)
-    subprocess.run(command, check=True, env=kwargs.pop("env", clean_env()), **kwargs)
+    subprocess.run(command, check=True, env=clean_env())
 
 
 def unpacked_sdist(version, workdir):
@@ -90,10 +93,13 @@ def throwaway_venv(workdir, source):
 
 
 class Run:
-    """One run of the suite: its mode, {test id: outcome}, {test id: failure line}, seconds, status."""
+    """One run of the suite: {test id: outcome}, {test id: first failure line}, seconds, status."""
 
-    def __init__(self, mode, outcomes, reasons, seconds, status):
-        self.mode, self.outcomes, self.reasons, self.seconds, self.status = mode, outcomes, reasons, seconds, status
+    def __init__(self, outcomes, reasons, seconds, status):
+        self.outcomes = outcomes
+        self.reasons = reasons
+        self.seconds = seconds
+        self.status = status
 
 
 def run_suite(python, source, folder, args):
@@ -118,12 +124,13 @@ def run_suite(python, source, folder, args):
             os.killpg(proc.pid, signal.SIGKILL)
             status = "killed after %d s" % args.timeout
             proc.wait()
-    outcomes, reasons = read_junit(xml_path)
-    return Run(mode, outcomes, reasons, time.monotonic() - started, status)
+    outcomes, reasons = read_junit(xml_path, folder)
+    return Run(outcomes, reasons, time.monotonic() - started, status)
 
 
-def read_junit(xml_path):
-    """({test id: outcome}, {test id: last line of its failure}); ids as pytest's node ids."""
+def read_junit(xml_path, folder):
+    """({test id: outcome}, {test id: first line of its failure}); ids as pytest's node ids, and
+    the run's own folder written as RUN (a skip reason may name a path under it)."""
     outcomes, reasons = {}, {}
     if not os.path.exists(xml_path):
         return outcomes, reasons
@@ -133,11 +140,11 @@ def read_junit(xml_path):
         for child in case:
             if child.tag == "skipped":
                 xfail = child.get("type") == "pytest.xfail"
-                outcome = "xfailed" if xfail else "skipped: %s" % child.get("message", "")
+                outcome = "xfailed" if xfail else "skipped: %s" % child.get("message", "").replace(folder, "RUN")
             elif child.tag in ("failure", "error"):
                 outcome = "failed" if child.tag == "failure" else "error"
-                lines = (child.text or child.get("message") or "").strip().splitlines()
-                reason = lines[-1][:300] if lines else ""
+                lines = (child.get("message") or child.text or "").strip().splitlines()
+                reason = lines[0][:300] if lines else ""
                 break
         if outcomes.get(test_id) not in ("failed", "error"):
             outcomes[test_id], reasons[test_id] = outcome, reason
@@ -170,7 +177,8 @@ def report(runs):
                        if off.outcomes.get(t) != on.outcomes.get(t))
     print("\n%d test(s) end differently with EARLYLOG=1%s" % (len(differing), ":" if differing else "."))
     for test_id in differing:
-        print("  %s: off %s, on %s" % (test_id, off.outcomes.get(test_id, "absent"), on.outcomes.get(test_id, "absent")))
+        endings = (off.outcomes.get(test_id, "absent"), on.outcomes.get(test_id, "absent"))
+        print("  %s: off %s, on %s" % ((test_id,) + endings))
         why = on.reasons.get(test_id) or off.reasons.get(test_id)
         if why:
             print("      " + why)
