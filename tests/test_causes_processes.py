@@ -330,7 +330,8 @@ def test_peers_read_pipes_and_children_without_touching_them():
         link = os.readlink("/proc/self/fd/%d" % w)
         holders, complete = peers.holders(link, "write")
         assert holders == [os.getpid()] and complete
-        line = peers.child(child.pid)
+        # a child just started may still be running its start-up: wait until it sleeps
+        line = wait_for(lambda: (lambda text: text if " state S " in text else None)(peers.child(child.pid)))
         assert line.startswith("pid %d (sleep 30), state S (sleeping)" % child.pid)
     finally:
         child.kill()
