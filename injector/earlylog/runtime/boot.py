@@ -87,9 +87,14 @@ def _start(origin, parent_tag=None):
     if parent_tag is not None:
         ident.forked(parent_tag)
     fd, path = sinks.open_log(config, ident, started, _log_arg(config, ident.argv))
-    reader = sinks.read_by_parent(config)
+    # A fork child is the same program on the same streams: it keeps its parent's console choice.
+    if parent_tag is None:
+        parent = sinks.earlylog_parent(config)
+        quiet = parent is not None
+    else:
+        parent, quiet = None, state.logger is not None and state.logger.console.kind == "off"
     logger = state.logger = sinks.Logger(config, ident, started, fd, path,
-                                         sinks.Console("off" if reader else config.console))
+                                         sinks.Console("off" if quiet else config.console))
     # The package folder lets a log reader know earlylog's own frames by location (a private
     # runtime copy lives elsewhere than the reader's package), never by a name in the path.
     # The grandparent links a process to its supervisor across a parent that does not log (Ray's
@@ -102,9 +107,10 @@ def _start(origin, parent_tag=None):
                     "; distributed " + ident.place if ident.place else ""))
     for problem in config.problems:
         logger.event("WARNING", problem)
-    if reader:
-        logger.event("note", "console lines off: this process's %s is read by its parent %d, itself an earlylog "
-                             "process, as data; they go to this log file only" % (config.console, reader))
+    if parent:
+        logger.event("note", "console lines off: a child of earlylog process %d writes them to its %s only when "
+                             "that is a terminal (its parent may read it as data); they are in this file"
+                     % (parent, config.console))
     for name, feature in _features():
         try:
             feature(logger)

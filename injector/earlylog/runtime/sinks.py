@@ -198,13 +198,13 @@ def _write_without_sigpipe(fd, data):
             _signal.pthread_sigmask(_signal.SIG_UNBLOCK, (pipe,))
 
 
-def read_by_parent(config):
-    """The parent's pid when this process's console stream is one its parent made to read it (not
-    the one the parent itself writes to) and that parent is itself an earlylog process; else None.
-    `subprocess.run(..., capture_output=True)` in a program reads its child's stderr as data
-    (compares it, parses it, fails on anything there): earlylog's lines must not appear in it.
-    A launcher that is no earlylog process (Node.js, a shell) shows the stream to a person, and a
-    stream inherited from the parent is the parent's own console: both keep the lines."""
+def earlylog_parent(config):
+    """The parent's pid when this process is a child of an earlylog process (the parent has a log
+    file open in this run's log folder) and its console stream is no terminal; else None.
+    Such a stream is the parent's business: `subprocess.run(..., capture_output=True)` reads it as
+    data (compares it, parses it, fails on anything there), and so do programs that swap their own
+    stderr before they start a child. The first process of a tree keeps its console lines
+    (a launcher such as Node.js shows them), and so does any process writing to a terminal."""
     fd = _CONSOLE_FDS.get(config.console)
     folder = config.dir or (os.path.dirname(config.file) if config.file else None)
     if fd is None or folder is None:
@@ -213,9 +213,6 @@ def read_by_parent(config):
         if os.isatty(fd):
             return None
         ppid = os.getppid()
-        mine = os.readlink("/proc/self/fd/%d" % fd)
-        if os.readlink("/proc/%d/fd/%d" % (ppid, fd)) == mine:
-            return None
         names = os.listdir("/proc/%d/fd" % ppid)
     except OSError:  # closed, no /proc, or not ours to read: keep the console as it was asked
         return None
