@@ -20,7 +20,7 @@ import os
 import sys
 import time
 
-from earlylog.runtime import kstate, redact
+from earlylog.runtime import kstate, redact, waits
 
 SCAN_SECONDS = 0.2      # the longest one search for a pipe's other end may take
 SCAN_PROCS = 4000       # ... and the most processes it looks at
@@ -88,7 +88,7 @@ def _popen_pid(frame):
     for f in _frames(frame, MAX_FRAMES):
         if path is None or f.f_code.co_filename != path:
             continue
-        obj = _locals(f).get("self")
+        obj = waits.frame_locals(f).get("self")
         if type(obj) is subprocess.Popen:  # exactly: a subclass may run code on attribute access
             fields = vars(obj)
             pid = fields.get("pid")
@@ -277,7 +277,7 @@ def _polled_sockets(frame):
     for f in _frames(frame, SOCKET_FRAMES):
         if f.f_code.co_name in ("select", "poll", "run_forever", "_run_once"):
             return []
-        for value in list(_locals(f).values()):
+        for value in list(waits.frame_locals(f).values()):
             if type(value) is getattr(mod, "SocketIO", None):
                 value = vars(value).get("_sock")
             if type(value) in kinds:
@@ -353,14 +353,6 @@ def _frames(frame, limit):
         yield frame
         frame = frame.f_back
         limit -= 1
-
-
-def _locals(frame):
-    try:
-        scope = frame.f_locals
-    except Exception:
-        return {}
-    return scope if scope is not None else {}
 
 
 def _link(path):

@@ -533,7 +533,7 @@ def _resolve(expr, frame):
     dicts only; (False, None) when it cannot be read that way."""
     import ast
     if isinstance(expr, ast.Name):
-        for scope in (_locals(frame), frame.f_globals, frame.f_builtins):
+        for scope in (frame_locals(frame), frame.f_globals, frame.f_builtins):
             if expr.id in scope:
                 return True, scope[expr.id]
         return False, None
@@ -555,7 +555,8 @@ def _resolve(expr, frame):
     return False, None
 
 
-def _locals(frame):
+def frame_locals(frame):
+    """A frame's locals, or {} when reading them fails (never raises)."""
     try:
         scope = frame.f_locals
     except Exception:
@@ -564,7 +565,7 @@ def _locals(frame):
 
 
 def _local(frame, name):
-    scope = _locals(frame)
+    scope = frame_locals(frame)
     return scope[name] if name in scope else None
 
 
