@@ -277,3 +277,47 @@ def test_a_program_that_execs_another_in_the_same_second_is_judged_by_the_newer(
                                          "earlylog 0.1.0 at /opt/earlylog, Python 3.11.7)", ())], tag="setup_worker")
     (proc,) = verdict.judge(logread.read(str(folder)))["processes"]
     assert proc["tag"] == "default_worker" and proc["where"]["function"] == "hang_forever"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_tests_pass_in_a_clone_whose_folder_and_venv_are_under_a_directory_called_earlylog(tmp_path):
+    # A developer clones this repository into a folder named `earlylog` with its venv inside: the
+    # runtime, the test scripts' library (torch, through the venv) and the user's code all sit
+    # under `/earlylog/`. Only the runtime's own folder is earlylog; the straggler test once failed
+    # there because torch's `barrier` frame was taken for earlylog's.
+    torch = pytest.importorskip("torch")
+    from support import PYTHON, ROOT, clean_env
+    import subprocess
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            cwd=ROOT, capture_output=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout: no clone to make")
+    clone = tmp_path / "earlylog"
+    for name in filter(None, listed.stdout.decode().split("\0")):
+        if os.path.isfile(os.path.join(ROOT, name)):
+            os.makedirs(clone / os.path.dirname(name), exist_ok=True)
+            shutil.copy2(os.path.join(ROOT, name), clone / name)
+    venv = clone / ".venv"
+    subprocess.run([PYTHON, "-m", "venv", "--without-pip", str(venv)], check=True, env=clean_env())
+    python = str(venv / "bin" / "python")
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True, env=clean_env()).stdout.strip()
+    # What an editable install of the clone writes (its source folder and its hook line), torch
+    # inside the venv, and this environment's test tools after both.
+    ours = os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__)))
+    with open(os.path.join(site, "clone.pth"), "w") as f:
+        f.write(str(clone / "injector") + "\n" + ours + "\n")
+    shutil.copy(clone / "_build" / "earlylog.pth", site)
+    os.symlink(os.path.dirname(torch.__file__), os.path.join(site, "torch"))
+    inner = tmp_path / "inner"
+    res = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(inner),
+                          "tests/test_report.py::test_torchrun_rendezvous_hang_names_the_straggler_rank",
+                          "tests/test_report.py::test_a_project_in_a_folder_named_earlylog_is_the_users_code"],
+                         cwd=str(clone), capture_output=True, text=True, timeout=540,
+                         env=clean_env(PATH=str(venv / "bin") + os.pathsep + os.environ["PATH"]))
+    assert res.returncode == 0 and "2 passed" in res.stdout, res.stdout[-3000:] + res.stderr[-2000:]
+    # The runs were what they claim: the clone's runtime wrote the logs, torch ran from the clone's venv.
+    logs = "".join(read(os.path.join(d, n)) for d, _, names in os.walk(inner) for n in names if n.endswith(".log"))
+    assert "earlylog 0.1.0 at %s, Python" % (clone / "injector" / "earlylog") in logs
+    assert str(venv) + "/lib/" in logs and "/torch/distributed/" in logs

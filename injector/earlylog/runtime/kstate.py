@@ -40,11 +40,6 @@ def cpu_seconds(tid):
     return _stat_seconds("/proc/self/task/%d/stat" % tid)
 
 
-def process_cpu_seconds():
-    """CPU seconds of the whole process, finished threads included (one read, tick resolution)."""
-    return _stat_seconds("/proc/self/stat")
-
-
 def _stat_seconds(path):
     fields = _read(path).rpartition(")")[2].split()
     try:

@@ -197,8 +197,10 @@ class Watchdog:
         return deadlines
 
     def _check_gil(self, now):
-        from earlylog.runtime import kstate
-        cpu = kstate.process_cpu_seconds()
+        # os.times(): the whole process's CPU in one system call, no import in this thread (a fork
+        # could catch an import half done: docs/design.md#imports-in-background-threads).
+        times = os.times()
+        cpu = times[0] + times[1]
         gap = now - self.last_beat
         if self.timeout and not fault.program_timer and self.fd is not None and gap > self.timeout:
             share = (cpu - self.cpu_at_beat) / gap if None not in (cpu, self.cpu_at_beat) else 0
