@@ -29,6 +29,20 @@ def dumped(logdir, n=1, needle=""):
     wait_for(enough)
 
 
+def stuck(proc, logdir, *waits, report=()):
+    """Once the dumps in waits ((count, text) pairs for dumped()) are in: the children of proc, and
+    the report as JSON and as text (`earlylog report` with options report); proc's tree is then killed."""
+    try:
+        for n, needle in waits:
+            dumped(logdir, n, needle)
+        kids = children(proc.pid)
+        rep = report_json(logdir)
+        text = earlylog("report", *report, logdir).stdout
+    finally:
+        kill_tree(proc)
+    return kids, rep, text
+
+
 def causes(rep, kind):
     return [c for c in rep["causes"] if c["kind"] == kind]
 
@@ -63,13 +77,8 @@ def test_pipe_deadlock_names_the_child_and_says_communicate(tmp_path, logdir):
             run_child()
         """, "dl.py")
     proc = start([path], logdir, **QUIET)
-    try:
-        dumped(logdir, 2)
-        child = children(proc.pid)[0]
-        rep = report_json(logdir)
-        text = earlylog("report", "--stacks", logdir).stdout
-    finally:
-        kill_tree(proc)
+    kids, rep, text = stuck(proc, logdir, (2, ""), report=("--stacks",))
+    child = kids[0]
     (cause,) = causes(rep, "pipe-deadlock")
     assert cause["pids"] == [proc.pid, child]
     assert "run_child at dl.py:8" in cause["text"] and "pid %d" % child in cause["text"]
@@ -100,12 +109,8 @@ def test_pipe_deadlock_is_seen_from_the_parent_alone_without_calling_program_cod
         run_child()
         """ % str(spy), "quiet.py")
     proc = start([path], logdir, **QUIET)
-    try:
-        dumped(logdir, 1, "child: pid")
-        child = children(proc.pid)[0]
-        rep = report_json(logdir)
-    finally:
-        kill_tree(proc)
+    kids, rep, text = stuck(proc, logdir, (1, "child: pid"))
+    child = kids[0]
     (cause,) = causes(rep, "pipe-deadlock")
     assert cause["pids"] == [proc.pid, child] and "run_child at quiet.py:12" in cause["text"]
     assert "communicate()" in cause["next"]
@@ -126,12 +131,8 @@ def test_parent_waiting_on_a_sleeping_child_names_it_and_is_no_deadlock(tmp_path
         prepare()
         """, "prep.py")
     proc = start([path], logdir, **QUIET)
-    try:
-        dumped(logdir, 2)
-        child = children(proc.pid)[0]
-        rep = report_json(logdir)
-    finally:
-        kill_tree(proc)
+    kids, rep, text = stuck(proc, logdir, (2, ""))
+    child = kids[0]
     mine = [c for c in rep["causes"] if c["kind"] in ("child", "pipe-deadlock", "pipe-full", "stdin", "network", "pool")]
     assert [c["kind"] for c in mine] == ["child"]
     (cause,) = mine
@@ -152,13 +153,7 @@ def test_node_launcher_not_reading_stdout_is_named_with_the_fix(tmp_path, logdir
         """, "chatty.py")
     proc = start(["spawn.js", "unread", "inherit", "--", PYTHON, path], logdir, program="node", cwd=NODE_DIR,
                  **QUIET)
-    try:
-        dumped(logdir, 1, "pipe: fd 1")
-        (child,) = children(proc.pid)
-        rep = report_json(logdir)
-        text = earlylog("report", logdir).stdout
-    finally:
-        kill_tree(proc)
+    (child,), rep, text = stuck(proc, logdir, (1, "pipe: fd 1"))
     (cause,) = causes(rep, "pipe-full")
     assert cause["pids"] == [child, proc.pid]
     assert "pid %d (node spawn.js" % proc.pid in cause["text"] and "report_progress at chatty.py:4" in cause["text"]
@@ -177,13 +172,7 @@ def test_prompt_on_a_stdin_the_node_launcher_never_writes(tmp_path, logdir):
         """, "ask.py")
     proc = start(["spawn.js", "unread", "inherit", "--", PYTHON, path], logdir, program="node", cwd=NODE_DIR,
                  **QUIET)
-    try:
-        dumped(logdir, 1, "stdin: fd 0")
-        (child,) = children(proc.pid)
-        rep = report_json(logdir)
-        text = earlylog("report", logdir).stdout
-    finally:
-        kill_tree(proc)
+    (child,), rep, text = stuck(proc, logdir, (1, "stdin: fd 0"))
     (cause,) = causes(rep, "stdin")
     assert cause["pids"] == [child, proc.pid]
     assert '"Continue? [y/N]' in cause["text"] and "confirm at ask.py:3" in cause["text"]
@@ -206,12 +195,8 @@ def test_prompt_on_a_stdin_the_waiting_parent_holds(tmp_path, logdir):
             install()
         """, "setup_tool.py")
     proc = start([path], logdir, **QUIET)
-    try:
-        dumped(logdir, 2)
-        child = children(proc.pid)[0]
-        rep = report_json(logdir)
-    finally:
-        kill_tree(proc)
+    kids, rep, text = stuck(proc, logdir, (2, ""))
+    child = kids[0]
     (cause,) = causes(rep, "stdin")
     assert cause["pids"] == [child, proc.pid]
     assert '"Accept the licence? [y/N]"' in cause["text"] and "licence at setup_tool.py:5" in cause["text"]
@@ -230,12 +215,8 @@ def test_child_reading_the_stdin_its_waiting_parent_never_writes_is_a_pipe_deadl
         convert()
         """, "convert.py")
     proc = start([path], logdir, **QUIET)
-    try:
-        dumped(logdir, 2)
-        child = children(proc.pid)[0]
-        rep = report_json(logdir)
-    finally:
-        kill_tree(proc)
+    kids, rep, text = stuck(proc, logdir, (2, ""))
+    child = kids[0]
     assert not causes(rep, "stdin")
     (cause,) = causes(rep, "pipe-deadlock")
     assert cause["pids"] == [proc.pid, child] and "convert at convert.py:5" in cause["text"]
@@ -275,12 +256,7 @@ def test_socket_with_no_answer_names_the_peer_and_how_long(tmp_path, logdir, ser
         fetch_weights(int(sys.argv[1]))
         """, "net.py")
     proc = start([path, str(port)], logdir, **QUIET)
-    try:
-        dumped(logdir, 1, "socket: fd")
-        rep = report_json(logdir)
-        text = earlylog("report", logdir).stdout
-    finally:
-        kill_tree(proc)
+    _, rep, text = stuck(proc, logdir, (1, "socket: fd"))
     (cause,) = causes(rep, "network")
     assert cause["pids"] == [proc.pid]
     assert "127.0.0.1:%d" % port in cause["text"]
@@ -363,13 +339,8 @@ def test_timed_waits_are_read_from_the_frames_on_every_python(tmp_path, logdir, 
         """, "timed.py")
     env = {} if minor is None else {"PYTHONPATH": launch.variables({})["PYTHONPATH"]}
     proc = start([path], logdir, program=exe, **dict(QUIET, **env))
-    try:
-        dumped(logdir, 2)
-        dumped(logdir, 1, "socket: fd")
-        child = children(proc.pid)[0]
-        rep = report_json(logdir)
-    finally:
-        kill_tree(proc)
+    kids, rep, text = stuck(proc, logdir, (2, ""), (1, "socket: fd"))
+    child = kids[0]
     assert minor is None or "Python 3.%d" % minor in read(log_files(logdir)[0])
     (waits,) = causes(rep, "child")
     assert waits["pids"] == [proc.pid, child] and "build at timed.py:9" in waits["text"]
