@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -207,3 +208,30 @@ def stalled(folder, pid, *threads, tag="app", extra=(), parent=1):
                         (0, "note", "watchdog: stacks after 1 s of silence; kill -USR1 %d dumps them now" % pid, ())]
           + list(extra) + [(2, "stall", "silent for 1 s; blocked: no CPU used; stacks in x", ()),
                            (2.2, "dump", "stall after 1 s of silence (%d threads)" % len(threads), lines)], tag)
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# A two-rank torch.distributed job whose rank 1 never reaches the barrier rank 0 waits in.
+STRAGGLER_JOB = """
+    import threading
+    import torch.distributed as dist
+    def read_index():
+        threading.Event().wait()
+    dist.init_process_group("gloo")
+    if dist.get_rank() == 1:
+        read_index()
+    dist.barrier()
+    """
+
+
+def straggler_dumped(logdir):
+    """STRAGGLER_JOB's ranks have each dumped their stall: rank 1 in read_index, rank 0 in the barrier."""
+    text = {f[-9:-4]: read(f) for f in log_files(logdir) if "-rank" in f}
+    return "in read_index" in text.get("rank1", "") and \
+        "dump: stall" in text.get("rank0", "").partition("phase: begin barrier")[2]

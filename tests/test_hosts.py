@@ -7,9 +7,8 @@ import subprocess
 
 import pytest
 
-from support import (STALL, PYTHON, TIMEOUT, by_tag, clean_env, earlylog, kill_pid, kill_tree, log_files, read,
-                     report_json, run_python, script, wait_for)
-from test_report import _free_port
+from support import (PYTHON, STALL, STRAGGLER_JOB, TIMEOUT, by_tag, clean_env, earlylog, free_port, kill_pid,
+                     kill_tree, log_files, read, report_json, run_python, script, straggler_dumped, wait_for)
 
 HOSTS = ("nodeA", "nodeB")
 
@@ -100,28 +99,15 @@ def test_two_hosts_sharing_a_folder_are_one_report_grouped_by_host(tmp_path, log
 def test_torchrun_two_nodes_name_the_straggler_rank_and_its_node(tmp_path, logdir):
     pytest.importorskip("torch")
     hosts = ("node0", "node1") if _uts() is None else (None, None)  # else both "nodes" on this host
-    job = script(tmp_path, """
-        import threading
-        import torch.distributed as dist
-        def read_index():
-            threading.Event().wait()
-        dist.init_process_group("gloo")
-        if dist.get_rank() == 1:
-            read_index()
-        dist.barrier()
-        """, "job.py")
-    port = _free_port()
+    job = script(tmp_path, STRAGGLER_JOB, "job.py")
+    port = free_port()
     agents = [start_on(host, ["-m", "torch.distributed.run", "--nnodes=2", "--node-rank=%d" % n,
                               "--nproc-per-node=1", "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:%d" % port,
                               "--local-addr=127.0.0.1", job], logdir, EARLYLOG_STALL=2, OMP_NUM_THREADS=1,
                        GLOO_SOCKET_IFNAME="lo")
               for n, host in enumerate(hosts)]
     try:
-        def both_dumped():
-            text = {f[-9:-4]: read(f) for f in log_files(logdir) if "-rank" in f}
-            return "in read_index" in text.get("rank1", "") and \
-                "dump: stall" in text.get("rank0", "").partition("phase: begin barrier")[2]
-        wait_for(both_dumped, timeout=TIMEOUT * 2)
+        wait_for(lambda: straggler_dumped(logdir), timeout=TIMEOUT * 2)
         rep = json_on(None, logdir)
         text = report_on(None, logdir).stdout
     finally:

@@ -5,12 +5,11 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 
 import pytest
 
-from support import PYTHON, ROOT, TIMEOUT, clean_env, log_files, read, run_both, script, user_text
+from support import PYTHON, ROOT, TIMEOUT, clean_env, free_port, log_files, read, run_both, script, user_text
 
 NODE_DIR = os.path.join(ROOT, "tests", "node")
 BIN = os.path.dirname(PYTHON)
@@ -117,12 +116,6 @@ def test_python_shell_lines_arrive_live(tmp_path, logdir):
     assert [l["text"] for l in runs["on"]["lines"]] == [l["text"] for l in runs["off"]["lines"]]
     assert spread["off"] < 0.3, "without earlylog a pipe holds the lines back until exit"
     assert spread["on"] > 1.2, "with earlylog each line arrives as it is printed"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 TRAIN = """

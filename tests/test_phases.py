@@ -7,15 +7,9 @@ import subprocess
 import pytest
 
 from earlylog.runtime import records
-from support import PYTHON, clean_env, log_files, read, run_python, script, wait_for, wait_log
+from support import PYTHON, clean_env, free_port, log_files, read, run_python, script, wait_for, wait_log
 
 pytestmark = pytest.mark.slow  # each test imports torch
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _start(logdir, *args):
@@ -41,7 +35,7 @@ def test_rank_waiting_for_a_peer_that_never_starts(tmp_path, logdir):
         dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % sys.argv[1], rank=0,
                                 world_size=2, timeout=datetime.timedelta(seconds=120))
     """)
-    port = _free_port()
+    port = free_port()
     proc = _start(logdir, path, str(port))
     try:
         wait_log(logdir, "phase: waiting init_process_group", timeout=60)

@@ -4,14 +4,13 @@ has its own tests in test_html.py)."""
 import json
 import os
 import shutil
-import socket
 
 import pytest
 
 from earlylog.read import logread, verdict
 from earlylog.runtime import records
-from support import (TIMEOUT, by_tag, earlylog, kill_pid, kill_tree, log_files, read, report_json, run_python,
-                     script, start, wait_for, wait_log)
+from support import (STRAGGLER_JOB, TIMEOUT, by_tag, earlylog, free_port, kill_pid, kill_tree, log_files,
+                     read, report_json, run_python, script, start, straggler_dumped, wait_for, wait_log)
 
 
 def test_clean_multiprocessing_run_is_all_well_and_the_report_writes_nothing(tmp_path, logdir):
@@ -122,34 +121,15 @@ def test_segfault_names_the_crashing_function(tmp_path, logdir):
     assert "crash.py:4 in crash_here" in text
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_torchrun_rendezvous_hang_names_the_straggler_rank(tmp_path, logdir):
     pytest.importorskip("torch")
-    job = script(tmp_path, """
-        import os, threading
-        import torch.distributed as dist
-        def read_index():
-            threading.Event().wait()
-        dist.init_process_group("gloo")
-        if dist.get_rank() == 1:
-            read_index()
-        dist.barrier()
-        """, "job.py")
+    job = script(tmp_path, STRAGGLER_JOB, "job.py")
     proc = start(["-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-                  "--master-port", str(_free_port()), job], logdir, EARLYLOG_STALL=2, OMP_NUM_THREADS=1)
+                  "--master-port", str(free_port()), job], logdir, EARLYLOG_STALL=2, OMP_NUM_THREADS=1)
     try:
-        def both_dumped():
-            text = {f[-9:-4]: read(f) for f in log_files(logdir) if "-rank" in f}
-            return "in read_index" in text.get("rank1", "") and \
-                "dump: stall" in text.get("rank0", "").partition("phase: begin barrier")[2]
-        wait_for(both_dumped, timeout=TIMEOUT * 2)
+        wait_for(lambda: straggler_dumped(logdir), timeout=TIMEOUT * 2)
         rep = report_json(logdir)
     finally:
         for f in log_files(logdir):  # torchrun starts each rank in a session of its own
