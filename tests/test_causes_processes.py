@@ -1,8 +1,8 @@
 """Causes across processes, each from a real program: a parent waiting on a child, the pipe
 deadlock of `Popen(stdout=PIPE).wait()`, a Node.js launcher that never reads its child's stdout,
-a prompt on a stdin nobody answers, a socket with no answer on 127.0.0.1, and a
-`multiprocessing.Pool` whose worker was SIGKILLed. Each test asserts the cause a user reads
-first (JSON `causes` and the text verdict's first lines), its evidence and its next step."""
+a prompt on a stdin nobody answers, a socket with no answer on 127.0.0.1, a `multiprocessing.Pool`
+whose worker was SIGKILLed, and a queue whose only writer died. Each test asserts the cause a user
+reads first (JSON `causes` and the text verdict's first lines), its evidence and its next step."""
 import os
 import re
 import shutil
@@ -294,6 +294,38 @@ def test_pool_whose_worker_was_killed_never_recovers(tmp_path, logdir):
     assert "main at squares.py:9" in cause["text"] and "pool.map" in cause["text"]
     assert "never" in cause["text"]
     assert "ProcessPoolExecutor" in cause["next"] and "BrokenProcessPool" in cause["next"]
+    assert leads(text, cause)
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_queue_read_whose_only_writer_died_names_its_error(tmp_path, logdir, method):
+    path = script(tmp_path, """
+        import multiprocessing as mp, sys
+        def produce(q):
+            raise RuntimeError("tokenizer file missing")
+        def main():
+            ctx = mp.get_context(sys.argv[1])
+            q = ctx.Queue()
+            ctx.Process(target=produce, args=(q,)).start()
+            return q.get()
+        if __name__ == "__main__":
+            print(main())
+        """, "mpq.py")
+    proc = start([path, method], logdir, **QUIET)
+    try:
+        rep = wait_for(lambda: (lambda r: r if causes(r, "child-died") else None)(report_json(logdir)))
+        text = earlylog("report", logdir).stdout
+    finally:
+        kill_tree(proc)
+    (child,) = [p for p in rep["processes"] if p["ppid"] == proc.pid and p["tag"] not in ("resource-tracker",)]
+    assert child["state"] == "failed" and child["status"] == 1
+    assert child["exception"]["text"] == "RuntimeError: tokenizer file missing" and child["exception"]["printed"]
+    assert child["exception"]["frame"]["function"] == "produce"
+    (cause,) = causes(rep, "child-died")
+    assert cause["pids"] == [proc.pid, child["pid"]]
+    assert "waits in queues.get (main at mpq.py:9)" in cause["text"]
+    assert "RuntimeError: tokenizer file missing in produce at mpq.py:4" in cause["text"]
+    assert "timeout" in cause["next"] and "exitcode" in cause["next"]
     assert leads(text, cause)
 
 

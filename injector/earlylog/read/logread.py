@@ -72,6 +72,11 @@ class Proc:
         self.mem = []           # the first and the newest `mem:` texts
         self.warnings = []
         self.output = None      # the last line the program printed: (time, text), from `out:`/`err:`
+        # The last traceback the program printed on its stderr (Raised), and one being read: a
+        # multiprocessing child reports its error that way and ends by os._exit(1), with no
+        # `exception:` record of ours.
+        self.printed = None
+        self.printing = None
         self.block = None       # the Block whose `| ` lines are being read
 
     @property
@@ -323,6 +328,8 @@ def _line(folder, path, state, line):
 def _event(folder, p, kind, when, text):
     if kind in ("out", "err"):
         p.output = (when, text)
+        if kind == "err":
+            _printed_traceback(p, text)
         if "pid=" in text:
             _kill_notice(folder, p, text)
     elif kind == "start":
@@ -414,6 +421,22 @@ def _raw(p, line):
         p.block = Block("signal", p.last, "received SIGTERM", [line])
     elif raw_block and len(p.block.lines) < MAX_BLOCK:
         p.block.lines.append(line)
+
+
+def _printed_traceback(p, line):
+    """Follow a traceback printed on stderr line by line: its frames are indented, and the first
+    line after them that is not is the exception."""
+    if line.startswith("Traceback (most recent call last):"):
+        p.printing = [line]
+    elif p.printing is not None:
+        if line.startswith(" "):
+            if len(p.printing) < MAX_BLOCK:
+                p.printing.append(line)
+            return
+        threads = _without_own_frames(p, parse_threads(p.printing))
+        p.printing = None
+        if line.strip():
+            p.printed = Raised(line.strip()[:300], threads[-1].frames if threads else [])
 
 
 def _close_block(p):

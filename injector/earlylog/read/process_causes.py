@@ -1,9 +1,10 @@
 """Process-level causes of a hang (see causes.py): the pipe deadlock of `Popen.wait()` with
-`stdout=PIPE`, a multiprocessing.Pool that lost a worker, a prompt on a stdin nobody answers, a
-socket with no answer, a stdout nobody reads, a parent waiting on a child. The evidence is the
-notes the runtime wrote under each blocked thread (`child:`, `pipe:`, `stdin:`, `socket:`, see
-runtime/peers.py) and the process tree. It only reads the judged report and the folder, and names
-no process that no note or log names: what is not known is said to be unknown."""
+`stdout=PIPE`, a multiprocessing.Pool that lost a worker, a queue read whose writers all ended, a
+prompt on a stdin nobody answers, a socket with no answer, a stdout nobody reads, a parent waiting
+on a child. The evidence is the notes the runtime wrote under each blocked thread (`child:`,
+`pipe:`, `stdin:`, `socket:`, see runtime/peers.py) and the process tree. It only reads the judged
+report and the folder, and names no process that no note or log names: what is not known is said
+to be unknown."""
 import re
 import time
 
@@ -31,7 +32,7 @@ def find(report, folder):
     procs = {(d["host"], d["pid"]): d for d in report["processes"]}
     stuck = [d for d in report["processes"] if d["stall"] is not None and d["state"] == "stalled"]
     found, told = [], set()
-    for finder in (_stdin, _pipe_deadlock, _pool, _network, _full_stream, _child_wait):
+    for finder in (_stdin, _pipe_deadlock, _pool, _child_died, _network, _full_stream, _child_wait):
         for d in stuck:
             for t in d["stall"]["threads"]:
                 cause = finder(_Seen(d, t, procs, folder), told)
@@ -154,6 +155,28 @@ def _pool(seen, told):
     next_step = ("use concurrent.futures.ProcessPoolExecutor, which raises BrokenProcessPool when a worker dies, "
                  "instead of waiting forever; and find why worker %d died (%s)" % (w["pid"], why))
     return seen.cause("pool", text, next_step, [seen.d["pid"]] + [x["pid"] for x in lost])
+
+
+def _child_died(seen, told):
+    """A read from a multiprocessing Queue, Pipe or Connection while every child of the process has
+    ended and one ended in trouble: nothing is left to write, and the read never learns that."""
+    frames = seen.t["frames"]
+    files = [f["file"] for f in frames]
+    if not any(f.endswith(("multiprocessing/queues.py", "multiprocessing/connection.py")) for f in files) or \
+            any(f.endswith("multiprocessing/pool.py") for f in files) or all(library(f) for f in files):
+        return None  # the pool has its own cause; a queue's feeder thread is not the user's wait
+    kids = [k for k in map(seen.proc, seen.d["children"]) if k is not None and k["tag"] not in _HELPERS]
+    lost = [k for k in kids if k["state"] in _LOST]
+    if not lost or any(k["end"] is None for k in kids) or frozenset((seen.d["pid"], lost[0]["pid"])) in told:
+        return None
+    k = lost[0]
+    text = ("%s waits in %s (%s) for data from its child processes, but none is left to send it: child pid %d "
+            "(%s) %s%s" % (seen.who, seen.call, seen.at, k["pid"], k["tag"], k["summary"],
+                           " (%d children ended in trouble)" % len(lost) if len(lost) > 1 else ""))
+    next_step = ("fix what ended child %d (`earlylog report --stacks` shows its error); a multiprocessing queue "
+                 "or pipe is not told when its writer dies, so read with a timeout (`q.get(timeout=...)`, "
+                 "`conn.poll(timeout)`) and check `process.exitcode` between tries" % k["pid"])
+    return seen.cause("child-died", text, next_step, [seen.d["pid"]] + [x["pid"] for x in lost])
 
 
 def _computing(w):

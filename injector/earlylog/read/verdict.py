@@ -72,8 +72,10 @@ def _process(p, now, here):
          "children": [], "earlylog": p.version}
     if p.open:
         d["phase"] = p.open[-1].name
-    if p.exception is not None:
-        d["exception"] = {"text": p.exception.text, "frame": frame_dict(user_frame(p.exception.frames))}
+    raised = _raised(p)
+    if raised is not None:
+        d["exception"] = {"text": raised.text, "frame": frame_dict(user_frame(raised.frames)),
+                          "printed": raised is not p.exception}
     stalled_at_end = p.stall is not None and p.stall["over"] is None and \
         (p.activity is None or p.stall["time"] is None or p.stall["time"] >= p.activity)
     if stalled_at_end:
@@ -141,9 +143,17 @@ def _exited(d, p):
     d["end"] = p.exit_time
     d["state"] = "exited" if p.exit_status == 0 else "failed"
     d["summary"] = "exited with status %d after %s" % (p.exit_status, _span(p.first, p.exit_time))
-    if p.exception is not None and p.exit_status != 0:
+    if d["exception"] is not None and p.exit_status != 0:
         d["where"] = d["exception"]["frame"]
-        d["summary"] += ": %s in %s" % (p.exception.text, where(user_frame(p.exception.frames)))
+        d["summary"] += ": %s in %s" % (d["exception"]["text"], where(frame_tuple(d["where"])))
+
+
+def _raised(p):
+    """The exception that ended the process: our `exception:` record, else, for one that exited
+    with an error, the last traceback it printed on stderr (multiprocessing's children do so)."""
+    if p.exception is not None or p.exit_status in (None, 0):
+        return p.exception
+    return p.printed
 
 
 def _signalled(d, p):
@@ -436,8 +446,9 @@ def _parents(out, by_key, explained, stragglers, told):
             continue
         call = d["stall"]["main"]["call"] if d["stall"]["main"] else None
         kid = bad[0]
-        what = ("stalled in %s" % where(frame_tuple(kid["where"]))) if kid["state"] == "stalled" else kid["summary"]
-        lines.append("pid %d (%s) waits%s for child %d (%s), which is %s" % (
+        what = ("is stalled in %s" % where(frame_tuple(kid["where"]))) if kid["state"] == "stalled" \
+            else "ended (%s)" % kid["summary"]
+        lines.append("pid %d (%s) waits%s for child %d (%s), which %s" % (
             d["pid"], d["tag"], " in " + call if call else "", kid["pid"], kid["tag"], what)
             + ("" if len(bad) == 1 else " (and %d more in trouble)" % (len(bad) - 1)))
     return lines
