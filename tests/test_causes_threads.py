@@ -1,6 +1,6 @@
 """The report's causes across the threads of one process, and across a run that ended at once:
-each scenario is a real program (locks, joins, a dead worker, C code holding the GIL, a stack
-overflow, a run killed from outside) read back with `earlylog report`; the cause sentence, its
+each scenario is a real program (locks, joins, a dead worker, a starved thread pool, C code
+holding the GIL, a stack overflow, a run killed from outside) read back with `earlylog report`; the cause sentence, its
 next step and the JSON are checked, and healthy programs must get no cause at all."""
 import os
 import re
@@ -209,6 +209,36 @@ def test_worker_thread_that_died_is_the_reason_the_main_thread_waits(tmp_path, l
     assert "queue `batches`" in text and "train.py:7" in text
     assert "load_batches" in cause["next"] and "timeout" in cause["next"]
     leads(res, cause)
+
+
+NESTED_POOL = """
+    import sys, time
+    from concurrent.futures import ThreadPoolExecutor
+    pool = ThreadPoolExecutor(max_workers=2)
+    inner_pool = pool if sys.argv[1] == "same" else ThreadPoolExecutor(max_workers=2)
+    def tokenize(shard):
+        time.sleep(60)  # slow, not stuck: it runs in a pool of its own when asked
+    def load(shard):
+        inner = inner_pool.submit(tokenize, shard)
+        return inner.result()
+    print([f.result() for f in [pool.submit(load, s) for s in range(2)]])
+    """
+
+
+def test_tasks_waiting_for_tasks_of_their_own_full_pool_are_a_starved_pool(tmp_path, logdir):
+    proc = start([script(tmp_path, NESTED_POOL, "nest.py"), "same"], logdir, **QUIET)
+    rep, res = stalled_report(logdir, proc)
+    cause = only(rep, "pool-starved")
+    assert sorted(cause["threads"]) == ["ThreadPoolExecutor-0_0", "ThreadPoolExecutor-0_1"]
+    text = cause["text"]
+    assert "both workers of ThreadPoolExecutor-0 wait for futures" in text
+    assert "load at nest.py:10" in text and "future `inner`" in text and "no worker has started" in text
+    assert "separate executor" in cause["next"] and "max_workers" in cause["next"]
+    leads(res, cause)
+    # The same program with the inner work in a pool of its own is slow, not starved.
+    proc = start([script(tmp_path, NESTED_POOL, "nest.py"), "other"], logdir / "other", **QUIET)
+    rep, res = stalled_report(logdir / "other", proc)
+    assert rep["causes"] == [], rep["causes"]
 
 
 def test_c_code_holding_the_gil_is_a_stall_with_the_user_frame_and_the_c_call(tmp_path, logdir):

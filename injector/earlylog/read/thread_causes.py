@@ -1,7 +1,8 @@
 """Thread-level causes (see causes.py): a lock and the thread holding it (a deadlock when holders
-wait on each other), a join and where the joined thread is, a finished program kept alive by a
-non-daemon thread, a thread that died while the others wait, C code holding the GIL, a stack
-overflow; and one cause for processes that all ended at the same moment. Each is one sentence of
+wait on each other), a thread pool whose workers all wait for work queued behind them, a join and
+where the joined thread is, a finished program kept alive by a non-daemon thread, a thread that
+died while the others wait, C code holding the GIL, a stack overflow; and one cause for processes
+that all ended at the same moment. Each is one sentence of
 evidence (thread, frame, pid) and a next step, read from the judged report and the folder's raw
 facts, above all the notes the runtime wrote under each thread (runtime/waits.py). It states
 only what the log says ("held by an unknown thread"); it never writes, prints or guesses."""
@@ -22,6 +23,8 @@ _HELD_BY = re.compile(r"^held by: (?:thread (?P<name>.+?) \(ident (?P<ident>0x[0
 _JOINS = re.compile(r"^joins: thread (?P<name>.+?) \(ident (?P<ident>0x[0-9a-f]+)\)$")
 _MODULE = re.compile(r"/(?:site|dist)-packages/(.+)\.py$|/lib/python\d[\d.]*/(.+)\.py$")
 _LOCKS = ("lock", "semaphore")
+_POOL_WORKER = re.compile(r"^(.+)_\d+$")  # ThreadPoolExecutor's thread names: `PREFIX_N`
+_POOL_FILE = os.path.join("concurrent", "futures", "thread.py")
 OVERFLOW = 50        # a stack whose innermost frame repeats this often is a stack overflow
 MOMENT = 2.0         # seconds: the least time between a process's last line and its next one
 DEFAULT_STALL = 30.0  # the watchdog's threshold when its note is missing
@@ -101,7 +104,7 @@ def _stalled(d, p):
     by_ident = {t.ident: t for t in threads if t.ident}
     cycles = _cycles(threads, by_ident)
     in_cycle = {t.ident for c in cycles for t in c}
-    out = [_deadlock(d, c) for c in cycles]
+    out = [_deadlock(d, c) for c in cycles] + _starved(d, threads)
     for t in threads:
         if t.wait and t.wait["kind"] in _LOCKS and t.ident not in in_cycle and not t.busy:
             out += _lock(d, t, by_ident)
@@ -193,6 +196,35 @@ def _join(d, t, by_ident, in_cycle):
     return [Cause("join", "%s: thread %s waits in join at %s for thread %s, %s" % (
         label(d), t.name, _place(t.frame), target.name, now),
         "%s; join(timeout=...) with is_alive() lets the caller notice" % step, [d["pid"]], [t.name, target.name])]
+
+
+def _starved(d, threads):
+    """Every worker of a ThreadPoolExecutor waits for a future, one for a future no worker has
+    started: work waiting for its own pool, which has no worker left to run it."""
+    pools = {}
+    for t in threads:
+        m = _POOL_WORKER.match(t.name)
+        if m and any(f[2] == "_worker" and f[0].endswith(_POOL_FILE) for f in t.frames):
+            pools.setdefault(m.group(1), []).append(t)
+    out = []
+    for pool, workers in sorted(pools.items()):
+        if not all(w.wait and w.wait["kind"] == "future" and not w.busy for w in workers):
+            continue
+        w = next((w for w in workers if w.wait["detail"] == "not started"), None)
+        if w is None:
+            continue
+        n = len(workers)
+        head = "the only worker of %s waits for a future, so it can start no other work" % pool if n == 1 else \
+            "%s of %s wait for futures, so none can start other work" % (
+                "both workers" if n == 2 else "all %d workers" % n, pool)
+        out.append(Cause(
+            "pool-starved", "%s: %s: thread %s waits in %s for the result of %s, which no worker has started; if "
+            "it was submitted to this pool, it waits for a free worker that never comes" % (
+                label(d), head, w.name, w.where(), _what(w.wait)),
+            "do not wait inside a task for another task of the same pool: submit the inner work to a "
+            "separate executor, return its future for the caller to wait on, or raise max_workers above "
+            "the depth of the nesting", [d["pid"]], [t.name for t in workers]))
+    return out
 
 
 def _shutdown(d, threads):

@@ -5,7 +5,7 @@ RLock's owner; a thread whose frames sit inside a `with` block on it, or past an
 no `release()` since). The lines, parsed by the reader (read/thread_causes.py):
   waits for: KIND NAME (TYPE at 0xADDR[, DETAIL])   KIND: lock, semaphore, condition, event,
       queue, barrier, future; NAME `?` when unknown; DETAIL for a queue `get` or `put`, for a
-      semaphore `N free`, for a barrier `N of M arrived`
+      semaphore `N free`, for a barrier `N of M arrived`, for a future `not started`
   held by: WHO[; with block at FILE:LINE in FUNC | ; acquire() at FILE:LINE in FUNC, not released since]
       WHO: thread NAME (ident 0xID) | this thread itself | an unknown thread
            | a thread no longer running (ident 0xID)
@@ -182,6 +182,9 @@ def _detail(obj, name):
     if name == "Barrier":
         count, parties = _field(obj, "_count"), _field(obj, "_parties")
         return ", %d of %d arrived" % (count, parties) if type(count) is int and type(parties) is int else ""
+    if name == "Future":
+        # No worker has picked it up: a pool whose workers all wait for such futures never will.
+        return ", not started" if _field(obj, "_state") == "PENDING" else ""
     return ""
 
 
