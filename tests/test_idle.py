@@ -50,6 +50,14 @@ PROGRAMS = {
             return await reader.read(100)
         asyncio.run(fetch_reply())
         """),
+    "async_gather": ("stalled", """
+        import asyncio
+        async def fetch_weights(url):
+            return await asyncio.get_running_loop().create_future()  # nobody ever sets it
+        async def main():
+            await asyncio.gather(fetch_weights("a"), fetch_weights("b"))
+        asyncio.run(main())
+        """),
     "pool_task": ("stalled", """
         import time
         from concurrent.futures import ThreadPoolExecutor
@@ -89,7 +97,15 @@ def test_idle_programs_are_idle_and_waiting_ones_stuck(tmp_path, logdir):
     assert procs["heartbeat"]["idle"].startswith("sleeping in <module>")
     assert procs["fetch_reply"]["where"]["function"] == "fetch_reply"
     assert procs["result_wait"]["where"]["function"] == "collect_result"
-    assert rep["verdict"][0] == "4 of 7 processes in trouble: 4 stuck"
+    # An event loop's stall is where its tasks wait, not the asyncio.run() line; the task that
+    # waits for the others is named by what it waits for.
+    assert procs["async_client"]["where"]["function"] == "fetch_reply"
+    assert procs["async_gather"]["where"] == {"file": os.path.join(str(tmp_path), "async_gather.py"), "line": 4,
+                                              "function": "fetch_weights"}
+    assert "in fetch_weights at async_gather.py:4 (2 asyncio tasks await a Future there)" in \
+        procs["async_gather"]["summary"]
+    assert "in main > awaiting gather of 2 tasks" in read(os.path.join(logdir, procs["async_gather"]["files"][0]))
+    assert rep["verdict"][0] == "5 of 8 processes in trouble: 5 stuck"
     assert not any("_server" in line or "heartbeat" in line for line in rep["verdict"])
     assert "http_server idle" in text and "idle for" in text
 

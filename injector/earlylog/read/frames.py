@@ -1,11 +1,14 @@
 """Frames as the reader shows them: which are the user's own, which library call the user's code
-is inside, and `func at file.py:12`. Frames are (path, line, function) tuples, innermost first.
-Pure functions of their arguments; they never read files or raise on odd paths."""
+is inside, `func at file.py:12`, and the await chains of a thread's pending asyncio tasks. Frames
+are (path, line, function) tuples, innermost first. Pure functions of their arguments; they never
+read files or raise on odd paths."""
 import os
 import re
 
 _LIBRARY = re.compile(r"/(?:site|dist)-packages/|/lib/python\d|^<frozen")
 _WRAPPERS = ("wrapper", "inner", "marked", "decorate_context", "_fn", "__call__")
+_TASK = re.compile(r"^task (\S+): (.*)$")  # `task NAME: FILE:LINE in CORO > ... > awaiting WHAT`
+_CHAIN_FRAME = re.compile(r"^(.*):(\d+) in (\S+)$")
 
 
 def library(path):
@@ -47,3 +50,29 @@ def frame_dict(frame):
 
 def frame_tuple(frame):
     return (frame["file"], frame["line"], frame["function"]) if frame else None
+
+
+def task_chains(notes):
+    """The pending asyncio tasks a thread's dump notes list, as (name, frames innermost first,
+    what the innermost awaits, e.g. `a Future`, or None)."""
+    out = []
+    for note in notes:
+        m = _TASK.match(note)
+        if not m:
+            continue
+        parts = m.group(2).split(" > ")
+        awaiting = parts.pop()[len("awaiting "):] if parts[-1].startswith("awaiting ") else None
+        chain = [(f.group(1), int(f.group(2)), f.group(3)) for f in map(_CHAIN_FRAME.match, parts) if f]
+        out.append((m.group(1), chain[::-1], awaiting))
+    return out
+
+
+def in_event_loop(frames):
+    """Parked in the asyncio loop's own select: no callback of anyone's is running."""
+    return len(frames) >= 2 and is_file(frames[0][0], "selectors.py") and frames[1][2] == "_run_once" \
+        and is_file(frames[1][0], "asyncio/base_events.py")
+
+
+def is_file(path, suffix):
+    """Is this the file `suffix` names (a file name, or the end of a path)?"""
+    return path == suffix or path.endswith(os.sep + suffix) or path.endswith("/" + suffix)

@@ -3,10 +3,9 @@ nothing of the user's pending, a server's serve_forever, a pool worker's empty q
 is idle, not stuck. It decides from the frames of the last stall dump and the kernel state of each
 thread (docs/design.md#idle-is-not-stuck). It only judges, and must never call idle a thread that
 waits inside a task of the user's: for a reply, a lock, a child or a peer."""
-import os
 import re
 
-from earlylog.read.frames import library
+from earlylog.read.frames import in_event_loop, is_file, library, task_chains
 
 # Library frames that may call the user's code without making it a task: the interpreter running a
 # script or module, an import, a thread or a multiprocessing child running its target. Any other
@@ -35,7 +34,6 @@ _ASYNC_WORK = (("asyncio/base_events.py", "serve_forever"), ("asyncio/queues.py"
                ("asyncio/tasks.py", "sleep"), ("grpc/aio/_server.py", "wait_for_termination"))
 # Worker pools that retitle a worker with no task to run: the pool's own word that it waits for one.
 _IDLE_TITLES = ("ray::IDLE",)
-_CHAIN_FRAME = re.compile(r"^(.*):(\d+) in (\S+)$")
 _TASKS = re.compile(r"^asyncio: (\d+) pending task")
 
 
@@ -67,7 +65,7 @@ def by_title(title):
 
 def _exiting(t):
     """The main thread at interpreter exit, waiting for the program's other threads: they decide."""
-    return bool(t.frames) and t.frames[0][2] == "_shutdown" and _is(t.frames[0][0], "threading.py")
+    return bool(t.frames) and t.frames[0][2] == "_shutdown" and is_file(t.frames[0][0], "threading.py")
 
 
 def _thread(t):
@@ -87,7 +85,7 @@ def _thread(t):
         return "sleeping in %s (a loop that waits between rounds)" % func
     if _busy(t) and _library_loop(t):
         return "working in %s between rounds (a library's own run loop)" % func
-    if "select/poll" in kernel and _in_event_loop(frames):
+    if "select/poll" in kernel and in_event_loop(frames):
         return _loop_tasks(t)
     return None
 
@@ -112,53 +110,43 @@ def _in_task(frames):
 
 
 def _entry(frame):
-    return any(_is(frame[0], suffix) and (funcs is None or frame[2] in funcs) for suffix, funcs in _ENTRY)
+    return any(is_file(frame[0], suffix) and (funcs is None or frame[2] in funcs) for suffix, funcs in _ENTRY)
 
 
 def _work(frame, _frames, _t):
     path, _line, func = frame
     if func == "serve_forever":
         return "waiting for work in serve_forever"
-    return next((words for suffix, name, words in _WORK if func == name and _is(path, suffix)), None)
+    return next((words for suffix, name, words in _WORK if func == name and is_file(path, suffix)), None)
 
 
 def _queue(frame, frames, t):
     """A thread or child process draining a queue waits for work; the program's main flow waiting
     on a queue waits for a result, which may never come."""
     path, _line, func = frame
-    if func == "get" and any(_is(path, q) for q in _QUEUES) and (
-            not t.main or any(_is(f[0], "multiprocessing/process.py") for f in frames)):
+    if func == "get" and any(is_file(path, q) for q in _QUEUES) and (
+            not t.main or any(is_file(f[0], "multiprocessing/process.py") for f in frames)):
         return "waiting for work in queue.get"
     return None
 
 
 def _plumbing(path):
-    return any(_is(path, suffix) for suffix in _PLUMBING)
-
-
-def _in_event_loop(frames):
-    """Parked in the asyncio loop's own select: no callback of anyone's is running."""
-    return len(frames) >= 2 and _is(frames[0][0], "selectors.py") and frames[1][2] == "_run_once" \
-        and _is(frames[1][0], "asyncio/base_events.py")
+    return any(is_file(path, suffix) for suffix in _PLUMBING)
 
 
 def _loop_tasks(t):
     """An event loop waits for work when each pending task is a library's own, or awaits a server,
     a queue or a sleep; a task of the user's awaiting anything else (a reply) is stuck."""
     counted = next((int(m.group(1)) for m in (_TASKS.match(n) for n in t.notes) if m), None)
-    chains = [n.partition(": ")[2] for n in t.notes if n.startswith("task ")]
+    chains = task_chains(t.notes)
     if counted is None:
         return None if any(not library(f[0]) for f in t.frames) else "waiting for work in an asyncio event loop"
     if counted > len(chains):
         return None  # not every task was written: nothing can be said of the rest
-    for chain in chains:
-        frames = [m.groups() for m in (_CHAIN_FRAME.match(part) for part in chain.split(" > ")) if m]
+    for _name, frames, _awaiting in chains:
         if any(not library(path) for path, _line, _func in frames) and not any(
-                func == name and _is(path, suffix) for path, _line, func in frames for suffix, name in _ASYNC_WORK):
+                func == name and is_file(path, suffix) for path, _line, func in frames for suffix, name in _ASYNC_WORK):
             return None
     return "waiting for work in an asyncio event loop"
 
 
-def _is(path, suffix):
-    """Is this the file `suffix` names (a file name, or the end of a path)?"""
-    return path == suffix or path.endswith(os.sep + suffix) or path.endswith("/" + suffix)

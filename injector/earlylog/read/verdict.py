@@ -9,7 +9,7 @@ import time
 from earlylog import __version__
 from earlylog.read import idle, process_causes, thread_causes
 from earlylog.read.causes import label, secs
-from earlylog.read.frames import call_name, frame_dict, frame_tuple, user_frame, where
+from earlylog.read.frames import call_name, frame_dict, frame_tuple, in_event_loop, library, task_chains, user_frame, where
 from earlylog.runtime import identity
 
 SCHEMA = 1
@@ -171,6 +171,12 @@ def _stall_summary(d, p, now, local):
     d["stall"]["seconds"] = round(silent, 1)
     main = d["stall"]["main"]
     place = where(frame_tuple(d["where"])) if main else "an unknown place (no stack was written)"
+    awaited = None if d["idle"] or not main else _awaited(_main_thread(p.stall["threads"]))
+    if awaited is not None:
+        frame, waits = awaited
+        place = "%s (%s)" % (where(frame), waits)
+        if d["state"] == "stalled":
+            d["where"] = frame_dict(frame)
     if d["idle"]:
         text = "idle for %s: %s, in %s" % (secs(silent), d["idle"], place)
     else:
@@ -182,6 +188,23 @@ def _stall_summary(d, p, now, local):
     d["stall"]["summary"] = text
     d["summary"] = text if d["state"] in ("stalled", "running", "idle") else \
         d["summary"] + "; it had " + ("been " if d["idle"] else "") + text
+
+
+def _awaited(main):
+    """A main thread parked in its asyncio event loop waits where its tasks wait: (the frame of the
+    user's code in the tasks that wait for something other than tasks, the most of them in one
+    place, and `2 asyncio tasks await a Future there`), else None."""
+    if not in_event_loop(main.frames):
+        return None
+    leaves = [(user_frame(frames), what) for _name, frames, what in task_chains(main.notes)
+              if frames and not library(user_frame(frames)[0])
+              and not (what or "").startswith(("task ", "gather of "))]
+    if not leaves:
+        return None
+    frame, what = max(leaves, key=leaves.count)
+    n = leaves.count((frame, what))
+    return frame, "%s await%s %s there" % ("an asyncio task" if n == 1 else "%d asyncio tasks" % n,
+                                           "s" if n == 1 else "", what or "something")
 
 
 def _span(a, b):

@@ -90,8 +90,20 @@ def _asyncio_lines(frame):
         return ["  asyncio: the task list changed while being read"]
     out = ["  asyncio: %d pending task%s on this thread's event loop" % (len(tasks), "" if len(tasks) == 1 else "s")]
     for task in tasks[:50]:
-        out.append("    task %s: %s" % (task.get_name(), " > ".join(await_chain(task.get_coro()))))
+        out.append("    task %s: %s" % (task.get_name(), " > ".join(await_chain(task.get_coro(), _waiter(task)))))
     return out
+
+
+def _waiter(task):
+    """What a task's bare `await` waits on, where that is other tasks: `task NAME`, or `gather of N
+    tasks`; else None. Read from the task's own `_fut_waiter` slot, which asyncio keeps for it."""
+    import asyncio
+    waiter = getattr(task, "_fut_waiter", None)
+    if isinstance(waiter, asyncio.Task):
+        return "task " + waiter.get_name()
+    children = getattr(waiter, "_children", None) if type(waiter) is getattr(asyncio.tasks, "_GatheringFuture", None) \
+        else None
+    return "gather of %d tasks" % len(children) if type(children) is list else None
 
 
 def _running_loop(frame):
@@ -102,14 +114,15 @@ def _running_loop(frame):
     return None
 
 
-def await_chain(coro):
-    """['main.py:10 in worker', 'main.py:20 in fetch', 'awaiting <Future pending>'], outermost first."""
+def await_chain(coro, waiter=None):
+    """['main.py:10 in worker', 'main.py:20 in fetch', 'awaiting <Future pending>'], outermost first;
+    a bare Future at the end is named by waiter (`task NAME`) when that is known."""
     chain = []
     while coro is not None and len(chain) < MAX_FRAMES:
         frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None) or getattr(coro, "ag_frame", None)
         if frame is None:
             # A bare Future shows as its iterator (FutureIter) with nothing more to say.
-            chain.append("awaiting " + ("a Future" if type(coro).__name__ == "FutureIter" else _short(coro)))
+            chain.append("awaiting " + ((waiter or "a Future") if type(coro).__name__ == "FutureIter" else _short(coro)))
             break
         chain.append("%s:%d in %s" % (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
         coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None) or getattr(coro, "ag_await", None)
