@@ -1,6 +1,6 @@
 """The report's causes across the threads of one process, and across a run that ended at once:
-each scenario is a real program (locks, joins, a dead worker, a starved thread pool, C code
-holding the GIL, a stack overflow, a run killed from outside) read back with `earlylog report`; the cause sentence, its
+each scenario is a real program (locks, a lock copied locked by fork, joins, a dead worker, a
+starved thread pool, C code holding the GIL, a stack overflow, a run killed from outside) read back with `earlylog report`; the cause sentence, its
 next step and the JSON are checked, and healthy programs must get no cause at all."""
 import os
 import re
@@ -241,6 +241,36 @@ def test_tasks_waiting_for_tasks_of_their_own_full_pool_are_a_starved_pool(tmp_p
     assert rep["causes"] == [], rep["causes"]
 
 
+def test_a_lock_held_by_another_thread_at_fork_is_named_in_the_child(tmp_path, logdir):
+    proc = start([script(tmp_path, """
+        import multiprocessing as mp, threading, time
+        cache_lock = threading.Lock()
+        def refresh():
+            while True:
+                with cache_lock:
+                    time.sleep(0.05)
+        def load_shard():
+            with cache_lock:
+                print("loaded")
+        if __name__ == "__main__":
+            threading.Thread(target=refresh, name="refresher", daemon=True).start()
+            time.sleep(0.2)
+            child = mp.get_context("fork").Process(target=load_shard)
+            child.start()
+            child.join()
+        """, "shards.py")], logdir, **QUIET)
+    rep, res = stalled_report(logdir, proc, dumps=3)
+    (child,) = [p for p in rep["processes"] if p["ppid"] == proc.pid]
+    cause = only(rep, "fork-lock")
+    assert cause["pids"] == [child["pid"], proc.pid] and cause["threads"] == ["MainThread"]
+    text = cause["text"]
+    assert "lock `cache_lock` in load_shard at shards.py:9" in text
+    assert "made by fork() from pid %d while thread refresher ran there" % proc.pid in text
+    assert "'spawn'" in cause["next"]
+    assert not any(c["kind"] == "lock" for c in rep["causes"])  # not "an acquire() never released"
+    leads(res, cause)
+
+
 def test_c_code_holding_the_gil_is_a_stall_with_the_user_frame_and_the_c_call(tmp_path, logdir):
     proc = start([script(tmp_path, """
         import re
@@ -285,6 +315,35 @@ def test_segfault_from_runaway_recursion_is_named_a_stack_overflow(tmp_path, log
     else:
         assert re.search(r"walk_node at tree.py:5 recursed \d+ deep", cause["text"]), cause["text"]
     assert "walk_node" in cause["next"]
+
+
+def test_functions_recursing_through_each_other_are_a_stack_overflow(tmp_path, logdir):
+    run_python([script(tmp_path, """
+        def visit(node):
+            return generic_visit(node)
+        def generic_visit(node):
+            return visit(node + 1)
+        visit(0)
+        """, "walker.py")], logdir=logdir, env=QUIET)
+    cause = only(report_json(logdir), "stack-overflow")
+    # The traceback is thousands of lines; the report keeps its ends, so the depth is a floor.
+    assert re.search(r"visit at walker.py:3 \(through generic_visit\) recursed at least \d+ deep, until "
+                     r"RecursionError", cause["text"]), cause["text"]
+
+
+def test_a_traceback_too_long_to_keep_whole_still_names_where_it_was_raised(tmp_path, logdir):
+    res = run_python([script(tmp_path, """
+        def parse_leaf(n):
+            raise ValueError("bad leaf %d" % n)
+        def descend(n):
+            return parse_leaf(n) if n == 0 else descend(n - 1)
+        descend(400)
+        """, "deep.py")], logdir=logdir, env=QUIET)
+    (p,) = report_json(logdir)["processes"]
+    assert res.returncode == 1 and p["state"] == "failed"
+    assert p["exception"]["text"] == "ValueError: bad leaf 0"
+    assert p["where"]["function"] == "parse_leaf" and p["where"]["line"] == 3
+    assert p["summary"].endswith("ValueError: bad leaf 0 in parse_leaf at deep.py:3")
 
 
 def _run_of_workers(tmp_path, logdir):

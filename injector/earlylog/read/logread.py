@@ -3,7 +3,7 @@ It only reads: it must never write into the folder, hold a whole file in memory,
 import os
 import re
 import time
-from collections import namedtuple
+from collections import deque, namedtuple
 
 from earlylog import __version__
 from earlylog.read import files as folder_files
@@ -26,6 +26,7 @@ _TIMEOUT = re.compile(r"^Timeout \((\d+):(\d\d):(\d\d(?:\.\d+)?)\)!")
 _STALL_AFTER = re.compile(r"^watchdog: stacks after (\d+(?:\.\d+)?) s of silence")
 _START = re.compile(r"^pid \d+ \(parent (\d+)\) (.*); log (.*) \(via ")
 _GRANDPARENT = re.compile(r"\(via [^;]*\); grandparent (\d+)")
+_FORK_THREADS = re.compile(r"^fork\(\) while (\d+) other threads? runs? \((.*?)\): ")
 _PLACE = re.compile(r"; distributed ((?:\w+=\S+ ?)+)$")
 _TITLE = "process title: "
 _TASK = re.compile(r"^    task \S+: ")  # a pending asyncio task's await chain, under its thread
@@ -39,6 +40,7 @@ _NAME = re.compile(r"^\d{8}-\d{6}-(.+)$")
 PROBE_LINES = 20        # a file with no earlylog line among its first lines is someone else's
 MAX_PROBE_LINE = 65536  # ... and a binary file's "lines" are read only this far while probing
 MAX_BLOCK = 600         # continuation lines kept per event (a dump of 40 threads fits)
+_HEAD = 100             # of which the first: a traceback's outermost frames, a dump's first threads
 MAX_KEPT = 30           # warnings and closed phases kept per process (the newest)
 # Kinds that are the process itself doing something; the watchdog's own lines are not.
 LIFE = ("start", "exit", "exception", "phase", "out", "err", "mark", "fork", "probe")
@@ -62,6 +64,8 @@ class Proc:
         self.exception = None   # Raised
         self.repeated = 0       # that traceback's "[Previous line repeated N more times]", summed
         self.deaths = []        # Died: threads that ended with an exception
+        self.forked = False     # started by fork() without exec: it holds copies of its parent's locks
+        self.fork_threads = None  # (how many, their names) of the other threads at its last `fork:` warning
         self.stall_after = None  # the watchdog's stall threshold (EARLYLOG_STALL), from its note
         self.gil = None         # faulthandler's Timeout: {"time", "seconds", "threads", "over"}
         self.signal = None      # Signalled
@@ -76,7 +80,7 @@ class Proc:
         # multiprocessing child reports its error that way and ends by os._exit(1), with no
         # `exception:` record of ours.
         self.printed = None
-        self.printing = None
+        self.printing = None    # a Block
         self.block = None       # the Block whose `| ` lines are being read
 
     @property
@@ -91,7 +95,7 @@ class Proc:
 
 
 # The exception that ended a thread (its `exception:` line and frames, innermost first).
-Raised = namedtuple("Raised", "text frames")
+Raised = namedtuple("Raised", "text frames cut")  # cut: lines of its traceback not kept
 # A thread that ended with an exception (`exception: in thread NAME: ...`): name, what, where, when.
 Died = namedtuple("Died", "thread text frames time")
 # A signal's stack (faulthandler's bare block at SIGTERM): what happened, when, which threads.
@@ -99,11 +103,25 @@ Signalled = namedtuple("Signalled", "text time threads")
 
 
 class Block:
-    """An event with continuation lines (a dump, an exception, a crash) while it is being read."""
-    __slots__ = ("kind", "time", "text", "lines")
+    """An event with continuation lines (a dump, an exception, a crash) while it is being read. Of
+    a longer one it keeps the first lines and the newest: a traceback ends with where it was raised."""
+    __slots__ = ("kind", "time", "text", "head", "tail", "cut")
 
-    def __init__(self, kind, when, text, lines=None):
-        self.kind, self.time, self.text, self.lines = kind, when, text, lines or []
+    def __init__(self, kind, when, text):
+        self.kind, self.time, self.text = kind, when, text
+        self.head, self.tail, self.cut = [], deque(maxlen=MAX_BLOCK - _HEAD), 0
+
+    def add(self, line):
+        if len(self.head) < _HEAD:
+            self.head.append(line)
+        else:
+            self.cut += len(self.tail) == self.tail.maxlen
+            self.tail.append(line)
+
+    @property
+    def lines(self):
+        cut = ["  [%d lines not kept]" % self.cut] if self.cut else []
+        return self.head + cut + list(self.tail)
 
 
 class Phase:
@@ -307,8 +325,8 @@ def _line(folder, path, state, line):
     kind = record["kind"]
     when = folder.epoch(record)
     if kind == "|":
-        if p.block is not None and len(p.block.lines) < MAX_BLOCK:
-            p.block.lines.append(record["msg"])
+        if p.block is not None:
+            p.block.add(record["msg"])
         return
     _close_block(p)
     if when is not None:
@@ -338,6 +356,7 @@ def _event(folder, p, kind, when, text):
         m = _START.match(text)
         if m:
             p.ppid, p.argv = int(m.group(1)), m.group(2)
+        p.forked = "(via fork," in text
         grandparent = _GRANDPARENT.search(text)
         p.grandparent = int(grandparent.group(1)) if grandparent else None
         place = _PLACE.search(text)
@@ -360,6 +379,9 @@ def _event(folder, p, kind, when, text):
         p.block = Block(kind, when, text)
     elif kind == "phase":
         _phase(p, when, text)
+    elif kind == "fork":
+        m = _FORK_THREADS.match(text)
+        p.fork_threads = (int(m.group(1)), m.group(2)) if m else p.fork_threads
     elif kind == "mem":
         p.mem[1:] = [text] if p.mem else []
         if not p.mem:
@@ -418,25 +440,26 @@ def _raw(p, line):
     elif not raw_block and line.startswith(("Current thread 0x", "Thread 0x")):
         # The watchdog's note: a bare faulthandler block with no header is the stack at SIGTERM.
         _close_block(p)
-        p.block = Block("signal", p.last, "received SIGTERM", [line])
-    elif raw_block and len(p.block.lines) < MAX_BLOCK:
-        p.block.lines.append(line)
+        p.block = Block("signal", p.last, "received SIGTERM")
+        p.block.add(line)
+    elif raw_block:
+        p.block.add(line)
 
 
 def _printed_traceback(p, line):
     """Follow a traceback printed on stderr line by line: its frames are indented, and the first
     line after them that is not is the exception."""
     if line.startswith("Traceback (most recent call last):"):
-        p.printing = [line]
+        p.printing = Block("printed", None, None)
+        p.printing.add(line)
     elif p.printing is not None:
         if line.startswith(" "):
-            if len(p.printing) < MAX_BLOCK:
-                p.printing.append(line)
+            p.printing.add(line)
             return
-        threads = _without_own_frames(p, parse_threads(p.printing))
-        p.printing = None
+        threads = _without_own_frames(p, parse_threads(p.printing.lines))
         if line.strip():
-            p.printed = Raised(line.strip()[:300], threads[-1].frames if threads else [])
+            p.printed = Raised(line.strip()[:300], threads[-1].frames if threads else [], p.printing.cut)
+        p.printing = None
 
 
 def _close_block(p):
@@ -447,7 +470,7 @@ def _close_block(p):
     threads = _without_own_frames(p, parse_threads(lines))
     if kind == "exception":
         frames = threads[-1].frames if threads else []  # a chained exception's last is the one raised
-        p.exception = Raised(text, frames)
+        p.exception = Raised(text, frames, block.cut)
         p.repeated = sum(int(m.group(1)) for m in map(_REPEATED.match, threads[-1].notes if threads else []) if m)
         died = _THREAD_DIED.match(text)
         if died:

@@ -89,13 +89,13 @@ def find(report, folder):
     for d in report["processes"]:
         p = folder.procs.get((d["host"], d["pid"]))
         if p is not None:
-            causes += _stalled(d, p) + _overflow(d, p)
+            causes += _stalled(d, p, folder.procs.get((d["host"], d["ppid"]))) + _overflow(d, p)
     return causes + _run_stopped(report, folder)
 
 
 # --- one stalled process ---------------------------------------------------------------------
 
-def _stalled(d, p):
+def _stalled(d, p, parent):
     if d["stall"] is None or p.stall is None:
         return []
     if p.stall.get("gil"):
@@ -107,7 +107,7 @@ def _stalled(d, p):
     out = [_deadlock(d, c) for c in cycles] + _starved(d, threads)
     for t in threads:
         if t.wait and t.wait["kind"] in _LOCKS and t.ident not in in_cycle and not t.busy:
-            out += _lock(d, t, by_ident)
+            out += _lock(d, t, by_ident) if not p.forked else (_fork_copy(d, t, parent) or _lock(d, t, by_ident))
         if t.joins and not t.busy:
             out += _join(d, t, by_ident, in_cycle)
     return out + _shutdown(d, threads) + _deaths(d, p, threads)
@@ -182,6 +182,23 @@ def _lock(d, t, by_ident):
                           "function that has returned, or a thread that has ended)" % head,
                   "look for a %s.acquire() whose release() is skipped on some path (an exception, an early "
                   "return); `with %s:` releases on every path" % (expr, expr), [d["pid"]], [t.name])]
+
+
+def _fork_copy(d, t, parent):
+    """In a child made by fork() without exec, a lock no thread of the child holds was, most likely,
+    held by another thread of the parent at the fork: the child's copy stays locked forever."""
+    facts = t.holders[0] if len(t.holders) == 1 else None
+    if facts is None or facts["self"] or facts["name"] or not (facts["gone"] or facts["ident"] is None):
+        return []
+    ran = " while thread%s %s ran there" % ("" if parent.fork_threads[0] == 1 else "s", parent.fork_threads[1]) \
+        if parent is not None and parent.fork_threads else ""
+    return [Cause("fork-lock", "%s: thread %s waits for %s in %s, held by no thread of this process: it was "
+                               "made by fork() from pid %d%s, and a lock another thread holds at the fork stays "
+                               "locked in the child forever" % (label(d), t.name, _what(t.wait), t.where(),
+                                                                 d["ppid"], ran),
+                  "start the child with the 'spawn' or 'forkserver' method (multiprocessing.get_context('spawn'), "
+                  "DataLoader(multiprocessing_context='spawn')), or fork before starting threads",
+                  [d["pid"], d["ppid"]], [t.name])]
 
 
 def _join(d, t, by_ident, in_cycle):
@@ -310,24 +327,31 @@ def _c_call(stack):
 # --- crashes ---------------------------------------------------------------------------------
 
 def _overflow(d, p):
-    """A stack whose innermost frame repeats far down is a stack overflow: in a crash (faulthandler
-    writes 100 frames, then `...`) or a RecursionError's traceback."""
+    """A stack whose innermost function, or cycle of a few functions, repeats far down is a stack
+    overflow: in a crash (faulthandler writes 100 frames, then `...`) or a RecursionError's traceback."""
     if p.crash is not None:
         crashed = next((t for t in p.crash["threads"] if t.header.startswith("Current thread")), None)
         if crashed is None:
             return []
         stack, name, cut, ending = crashed.frames, crashed.name, "..." in crashed.notes, "the " + p.crash["what"]
-        depth = _repeats(stack)
+        depth, cycle = _repeats(stack)
     elif p.exception is not None and p.exception.text.startswith("RecursionError"):
-        stack, name, cut, ending = p.exception.frames, "MainThread", False, p.exception.text
-        depth = _repeats(stack) + p.repeated
+        stack, name, cut, ending = p.exception.frames, "MainThread", p.exception.cut > 0, p.exception.text
+        depth, cycle = _repeats(stack)
     else:
         return []
+    cut = cut or depth >= len(stack)  # no caller below the cycle: the record ends inside it
+    if p.crash is None:
+        depth += p.repeated  # `[Previous line repeated N more times]`
     if depth < OVERFLOW:
         return []
-    top = stack[0]
-    return [Cause("stack-overflow", "%s: stack overflow: %s recursed %s%d deep, until %s" % (
-        label(d), frames.where(top), "at least " if cut else "", depth, ending),
+    # The recursive call: the line the cycle's frames stand on most often (the innermost may be
+    # the function's first line, where the crash caught it entering).
+    calls = [f for f in stack[:depth] if f[2] == cycle[0][2] and f[0] == cycle[0][0]]
+    top = max(calls, key=calls.count)
+    through = " (through %s)" % ", ".join(f[2] for f in cycle[1:]) if len(cycle) > 1 else ""
+    return [Cause("stack-overflow", "%s: stack overflow: %s%s recursed %s%d deep, until %s" % (
+        label(d), frames.where(top), through, "at least " if cut else "", depth, ending),
         "make %s iterative, or bound its depth (%s)%s" % (
             top[2], _place(top), "; a sys.setrecursionlimit above what the C stack holds turns a RecursionError "
                                  "into this crash" if p.crash is not None else ""),
@@ -335,10 +359,17 @@ def _overflow(d, p):
 
 
 def _repeats(stack):
-    n = 0
-    while n < len(stack) and stack[n] == stack[0]:
-        n += 1
-    return n
+    """(how many frames from the innermost repeat one cycle of functions, that cycle's frames):
+    one function calling itself, or a few calling each other round (visit > generic_visit)."""
+    keys = [(f[0], f[2]) for f in stack]
+    best = (min(1, len(stack)), stack[:1])
+    for k in range(1, 6):
+        n = k
+        while n < len(keys) and keys[n] == keys[n - k]:
+            n += 1
+        if n >= 2 * k and n > best[0]:
+            best = (n, stack[:k])
+    return best
 
 
 # --- processes that all ended at one moment --------------------------------------------------
