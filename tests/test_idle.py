@@ -1,6 +1,7 @@
 """Idle is not stuck: servers, event loops, worker queues and sleep loops waiting for work are
 `idle`, while a thread awaiting a reply, a result or a task's end stays `stalled`; a process its
-parent stops at the end of a run is `terminated`. Real processes, read back with `earlylog report`."""
+parent stops at the end of a run is `terminated`; a DataLoader worker waiting for indices is idle,
+the one stuck in `__getitem__` is not. Real processes, read back with `earlylog report`."""
 import os
 
 from support import earlylog, kill_tree, log_files, read, report_json, script, start, wait_for
@@ -138,3 +139,34 @@ def test_children_stopped_by_their_parent_at_the_end_are_not_trouble(tmp_path, l
     assert rep["verdict"][0] == "3 processes, none in trouble: 1 exited, 2 terminated"
     assert sorted(p["summary"].split(": ")[1].split(",")[0] for p in kids) == [
         "ended by SIGTERM", "ended with no exit record (SIGKILL)"]
+
+
+def test_the_dataloader_worker_stuck_in_getitem_is_the_one_named_not_the_idle_one(tmp_path, logdir):
+    path = script(tmp_path, """
+        import threading
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+        class Shards(Dataset):
+            def __len__(self):
+                return 64
+            def __getitem__(self, i):
+                if i == 5:
+                    threading.Event().wait()  # a shard download that never finishes
+                return torch.tensor([i])
+        if __name__ == "__main__":
+            for batch in DataLoader(Shards(), batch_size=4, num_workers=2):
+                print(batch.tolist())
+        """, "shards.py")
+    proc = start([path], logdir, EARLYLOG_NATIVE=0)
+    try:
+        wait_for(lambda: sum("dump: stall" in read(f) for f in log_files(logdir)) >= 3)
+        rep = report_json(logdir)
+    finally:
+        kill_tree(proc)
+    workers = {p["phase"].split(" (")[0]: p for p in rep["processes"] if p["ppid"] == proc.pid}
+    assert workers["DataLoader worker 0 of 2"]["idle"] == "waiting for work in a DataLoader worker"
+    stuck = workers["DataLoader worker 1 of 2"]
+    assert stuck["state"] == "stalled" and stuck["where"]["function"] == "__getitem__"
+    assert rep["verdict"][0] == "2 of 3 processes in trouble: 2 stuck"
+    assert rep["verdict"][1] == "pid %d (shards) waits in queues.get for child %d (fork<shards), which is stalled " \
+                                "in __getitem__ at shards.py:10" % (proc.pid, stuck["pid"])

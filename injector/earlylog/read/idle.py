@@ -22,6 +22,7 @@ _WORK = (("socketserver.py", "serve_forever", "waiting for work in serve_forever
          ("concurrent/futures/thread.py", "_worker", "waiting for work in a thread pool"),
          ("concurrent/futures/process.py", "_process_worker", "waiting for work in a process pool"),
          ("multiprocessing/pool.py", "worker", "waiting for tasks in a multiprocessing pool"),
+         ("torch/utils/data/_utils/worker.py", "_worker_loop", "waiting for work in a DataLoader worker"),
          ("ray/_private/worker.py", "main_loop", "waiting for tasks in Ray's worker loop"))
 _QUEUES = ("queue.py", "multiprocessing/queues.py")
 _PLUMBING = ("selectors.py", "threading.py", "queue.py", "multiprocessing/queues.py",
@@ -32,6 +33,8 @@ _RUN_LOOP = re.compile(r"(?:^|_)(?:run|loop|forever|serve|monitor)(?:_|$)")
 # asyncio awaits that mean a task waits for work: a server, a queue, a sleep.
 _ASYNC_WORK = (("asyncio/base_events.py", "serve_forever"), ("asyncio/queues.py", "get"),
                ("asyncio/tasks.py", "sleep"), ("grpc/aio/_server.py", "wait_for_termination"))
+# Phases that span a worker's whole loop (runtime/marks.py opens them), by their names' start.
+_LOOP_PHASES = ("DataLoader worker ",)
 # Worker pools that retitle a worker with no task to run: the pool's own word that it waits for one.
 _IDLE_TITLES = ("ray::IDLE",)
 _TASKS = re.compile(r"^asyncio: (\d+) pending task")
@@ -44,7 +47,7 @@ def reason(threads):
     program does. One busy Python thread (but a library's own run loop, working between rounds), or
     one inside a phase, and the process is not idle (CPU used by native threads alone, such as Ray's
     gRPC threads, does not count)."""
-    if any(n.startswith("phase:") for t in threads for n in t.notes):
+    if any(n.startswith("phase:") and not _loop_phase(n) for t in threads for n in t.notes):
         return None
     if any(_busy(t) and not _library_loop(t) for t in threads):
         return None
@@ -56,6 +59,12 @@ def reason(threads):
     if not found or not all(found):
         return None
     return found[0]
+
+
+def _loop_phase(note):
+    """Is the innermost phase of a `phase:` note one that earlylog opens around a worker's whole
+    loop (a DataLoader worker's)? Waiting for work inside it is idle."""
+    return note[len("phase: "):].rpartition(" > ")[2].startswith(_LOOP_PHASES)
 
 
 def by_title(title):
