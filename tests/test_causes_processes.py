@@ -2,7 +2,8 @@
 deadlock of `Popen(stdout=PIPE).wait()`, a Node.js launcher that never reads its child's stdout,
 a prompt on a stdin nobody answers, a socket with no answer on 127.0.0.1, a `multiprocessing.Pool`
 whose worker was SIGKILLed, and a queue whose only writer died. Each test asserts the cause a user
-reads first (JSON `causes` and the text verdict's first lines), its evidence and its next step."""
+reads first (JSON `causes` and the text verdict's first lines), its evidence and its next step. Also
+a file lock (flock, lockf, the filelock package) that another process holds."""
 import os
 import re
 import shutil
@@ -326,6 +327,45 @@ def test_queue_read_whose_only_writer_died_names_its_error(tmp_path, logdir, met
     assert "waits in queues.get (main at mpq.py:9)" in cause["text"]
     assert "RuntimeError: tokenizer file missing in produce at mpq.py:4" in cause["text"]
     assert "timeout" in cause["next"] and "exitcode" in cause["next"]
+    assert leads(text, cause)
+
+
+LOCKER = """
+    import fcntl, subprocess, sys, time
+    how, path = sys.argv[1], sys.argv[2]
+    def take(f):
+        if how == "flock":
+            fcntl.flock(f, fcntl.LOCK_EX)
+        elif how == "lockf":
+            fcntl.lockf(f, fcntl.LOCK_EX)
+    if sys.argv[3:] == ["hold"]:
+        with open(path, "w") as f:
+            take(f)  # a filelock.FileLock takes the same flock()
+            print("held", flush=True)
+            time.sleep(3600)
+    holder = subprocess.Popen([sys.executable, __file__, "lockf" if how == "lockf" else "flock", path, "hold"],
+                              stdout=subprocess.PIPE)
+    holder.stdout.readline()
+    if how == "filelock":
+        from filelock import FileLock
+        with FileLock(path):  # how huggingface_hub guards a download into its cache
+            print("downloaded")
+    else:
+        with open(path, "w") as f:
+            take(f)
+    """
+
+
+@pytest.mark.parametrize("how", ["flock", "lockf", "filelock"])
+def test_a_file_lock_names_the_file_and_the_process_holding_it(tmp_path, logdir, how):
+    lock = os.path.join(str(tmp_path), "model.bin.lock")
+    proc = start([script(tmp_path, LOCKER, "fetch.py"), how, lock], logdir, **QUIET)
+    kids, rep, text = stuck(proc, logdir, (1, "file lock: " + lock))
+    (cause,) = causes(rep, "file-lock")
+    assert cause["pids"] == [proc.pid] + kids
+    assert cause["text"].startswith("pid %d (fetch) waits in " % proc.pid)
+    assert "for a lock on the file %s, which pid %d (python fetch.py " % (lock, kids[0]) in cause["text"]
+    assert "kill %d" % kids[0] in cause["next"] and "timeout" in cause["next"]
     assert leads(text, cause)
 
 

@@ -1,10 +1,10 @@
 """Process-level causes of a hang (see causes.py): the pipe deadlock of `Popen.wait()` with
 `stdout=PIPE`, a multiprocessing.Pool that lost a worker, a queue read whose writers all ended, a
-prompt on a stdin nobody answers, a socket with no answer, a stdout nobody reads, a parent waiting
-on a child. The evidence is the notes the runtime wrote under each blocked thread (`child:`,
-`pipe:`, `stdin:`, `socket:`, see runtime/peers.py) and the process tree. It only reads the judged
-report and the folder, and names no process that no note or log names: what is not known is said
-to be unknown."""
+prompt on a stdin nobody answers, a socket with no answer, a file lock another process holds, a
+stdout nobody reads, a parent waiting on a child. The evidence is the notes the runtime wrote under
+each blocked thread (`child:`, `pipe:`, `stdin:`, `socket:`, `file lock:`, see runtime/peers.py)
+and the process tree. It only reads the judged report and the folder, and names no process that no
+note or log names: what is not known is said to be unknown."""
 import re
 import time
 
@@ -18,6 +18,7 @@ _CHILD_STDIN = re.compile(r"blocked reading fd 0 \(stdin\), pipe:\[\d+\], which 
 _PIPE = re.compile(r"^fd \d+ \((stdout|stderr)\), (pipe|socket):\[\d+\](?:, (full|not full) \(\d+ of \d+ bytes\))?; "
                    r"(.*)$")
 _STDIN = re.compile(r'^fd 0, (pipe|socket):\[\d+\]; (.*?)(?:; unfinished output line: (".*"))?$')
+_FILE_LOCK = re.compile(r"^(?P<path>.+) \((?P<how>flock|fcntl|filelock)\); (?P<who>.*)$")
 _SOCKET = re.compile(r"^fd \d+ (\w+), TCP (\S+) -> (\S+), (\w+), (client|server)(?:; (.*))?$")
 _HOLDER = re.compile(r"pid (\d+) \((.*?)\)(?:, |$| \()")
 _LOST = {"vanished": "vanished (no exit record: SIGKILL, or the kernel's OOM killer)",
@@ -32,7 +33,7 @@ def find(report, folder):
     procs = {(d["host"], d["pid"]): d for d in report["processes"]}
     stuck = [d for d in report["processes"] if d["stall"] is not None and d["state"] == "stalled"]
     found, told = [], set()
-    for finder in (_stdin, _pipe_deadlock, _pool, _child_died, _network, _full_stream, _child_wait):
+    for finder in (_stdin, _pipe_deadlock, _pool, _child_died, _network, _file_lock, _full_stream, _child_wait):
         for d in stuck:
             for t in d["stall"]["threads"]:
                 cause = finder(_Seen(d, t, procs, folder), told)
@@ -177,6 +178,34 @@ def _child_died(seen, told):
                  "or pipe is not told when its writer dies, so read with a timeout (`q.get(timeout=...)`, "
                  "`conn.poll(timeout)`) and check `process.exitcode` between tries" % k["pid"])
     return seen.cause("child-died", text, next_step, [seen.d["pid"]] + [x["pid"] for x in lost])
+
+
+def _file_lock(seen, told):
+    """A thread waiting for a lock on a file (flock, fcntl or the filelock package's retry loop):
+    the file, and the process holding the lock, with its own state when it logs here too."""
+    for note in seen.notes("file lock"):
+        m = _FILE_LOCK.match(note)
+        if m is None:
+            continue
+        path, who = m.group("path"), m.group("who")
+        holders = [(int(pid), command) for pid, command in _HOLDER.findall(who)]
+        text = "%s waits in %s (%s) for a lock on the file %s" % (seen.who, seen.call, seen.at, path)
+        if holders:
+            pid, command = holders[0]
+            holder = seen.proc(pid)
+            text += ", which pid %d (%s) holds%s" % (pid, command, "; it is %s" % holder["summary"] if holder else "")
+            next_step = ("let pid %d finish, or stop it if it is a leftover run (`kill %d`); runs that share a cache "
+                         "or output folder wait for each other this way: give each its own, or take the lock with a "
+                         "timeout (`FileLock(path, timeout=...)`)" % (pid, pid))
+        elif who.startswith("held by this process"):
+            text += ", which this process itself holds through another open of the file"
+            next_step = "take the lock once per process, or reuse the object that already holds it"
+        else:
+            text += ", and %s here" % (who if not who.startswith("held by") else "its holder is unknown")
+            next_step = ("if no other job uses it, it is a stale lock file: delete %s; on a shared filesystem (NFS) "
+                         "the holder may be a process on another host" % path)
+        return seen.cause("file-lock", text, next_step, [seen.d["pid"]] + [pid for pid, _ in holders[:1]])
+    return None
 
 
 def _computing(w):

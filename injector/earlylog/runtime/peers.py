@@ -11,6 +11,9 @@ socket. The lines, parsed by the reader (read/process_causes.py):
       when the search through other processes stopped early
   socket: fd N CALL, TCP LOCAL -> REMOTE, STATE, client|server; DETAIL
       CALL: connecting, receiving, sending, waiting (in poll); STATE as /proc/net/tcp names it
+  file lock: PATH (flock|fcntl|filelock); HOLDERS
+      HOLDERS: `held by pid N (COMMAND)[, pid M (COMMAND)]`, `... by this process`, `no process
+      holds a lock on it`, `held by an open file description lock (no pid)`
 It runs in the watchdog thread at dump time only. It must never read from, write to or keep an
 inspected fd (it reads /proc links, fdinfo and queue sizes), never run the program's code (objects
 are looked into only when their type is exactly the standard library's), never block (the search
@@ -34,6 +37,7 @@ _TCP_STATES = {"01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV", "04": "F
                "06": "TIME_WAIT", "07": "CLOSE", "08": "CLOSE_WAIT", "09": "LAST_ACK", "0A": "LISTEN",
                "0B": "CLOSING"}
 _CALL_WORDS = {"connect": "connecting", "read": "receiving", "write": "sending", "poll": "waiting"}
+_SETLKW = (7, 38)  # fcntl commands that wait for a lock: F_SETLKW, F_OFD_SETLKW
 
 
 def lines(tid, ident, frame):
@@ -48,7 +52,7 @@ def lines(tid, ident, frame):
             out += _fd_lines(name, args[0], ident)
         elif name == "poll":
             out += ["  socket: " + text for text in (_socket(fd, "poll") for fd in _polled_sockets(frame)) if text]
-        return out
+        return out + _file_lock(name, args, frame)
     except Exception:  # a process or frame that changed under us: the dump goes on without these lines
         return []
 
@@ -344,6 +348,63 @@ def _address(hexed):
         return "[%s]:%d" % (socket.inet_ntop(socket.AF_INET6, data), int(port, 16))
     except (ValueError, OSError):
         return hexed
+
+
+# --- file locks ----------------------------------------------------------------------------------
+
+def _file_lock(name, args, frame):
+    """The `file lock:` line of a thread blocked in flock() or fcntl(F_SETLKW), or retrying in the
+    filelock package's acquire() (it polls with non-blocking tries and sleeps in between)."""
+    if name == "flock" or (name == "fcntl" and args[1] in _SETLKW):
+        path, how, st = _link("/proc/self/fd/%d" % args[0]), name, _stat("/proc/self/fd/%d" % args[0])
+    else:
+        path, how = _filelock_path(frame), "filelock"
+        st = _stat(path) if path else None
+    if st is None:
+        return []
+    return ["  file lock: %s (%s); %s" % (path, how, _lock_holders(st))]
+
+
+def _filelock_path(frame):
+    """The lock file a filelock acquire() in these frames tries to take: the `lock_filename` its
+    retry loop keeps (filelock 3 in acquire, 4 in _poll_until_acquired)."""
+    for f in _frames(frame, MAX_FRAMES):
+        module = f.f_globals.get("__name__")
+        if type(module) is str and module.split(".")[0] == "filelock":
+            path = waits.frame_locals(f).get("lock_filename")
+            if type(path) is str:
+                return path
+    return None
+
+
+def _lock_holders(st):
+    """Who holds a lock on the file st describes, from /proc/locks (blocked requests, `->`, aside)."""
+    pids = []
+    for line in _read("/proc/locks", MAX_TCP_BYTES).splitlines():
+        fields = line.split()
+        if len(fields) < 6 or fields[1] == "->":
+            continue
+        dev_ino = fields[5].split(":")
+        try:
+            same = len(dev_ino) == 3 and int(dev_ino[2]) == st.st_ino and \
+                (int(dev_ino[0], 16), int(dev_ino[1], 16)) == (os.major(st.st_dev), os.minor(st.st_dev))
+            pid = int(fields[4])
+        except ValueError:
+            continue
+        if same and pid not in pids:
+            pids.append(pid)
+    if not pids:
+        return "no process holds a lock on it"
+    if pids == [-1]:
+        return "held by an open file description lock (no pid)"
+    return "held by " + ", ".join(_who(pid) for pid in pids[:MAX_CHILDREN] if pid != -1)
+
+
+def _stat(path):
+    try:
+        return os.stat(path)
+    except OSError:
+        return None
 
 
 # --- small readers -------------------------------------------------------------------------------
