@@ -3,7 +3,8 @@ deadlock of `Popen(stdout=PIPE).wait()`, a Node.js launcher that never reads its
 a prompt on a stdin nobody answers, a socket with no answer on 127.0.0.1, a `multiprocessing.Pool`
 whose worker was SIGKILLed, and a queue whose only writer died. Each test asserts the cause a user
 reads first (JSON `causes` and the text verdict's first lines), its evidence and its next step. Also
-a file lock (flock, lockf, the filelock package) that another process holds."""
+a file lock (flock, lockf, the filelock package) that another process holds, and a child's output
+that a process it left running keeps open."""
 import os
 import re
 import shutil
@@ -366,6 +367,24 @@ def test_a_file_lock_names_the_file_and_the_process_holding_it(tmp_path, logdir,
     assert cause["text"].startswith("pid %d (fetch) waits in " % proc.pid)
     assert "for a lock on the file %s, which pid %d (python fetch.py " % (lock, kids[0]) in cause["text"]
     assert "kill %d" % kids[0] in cause["next"] and "timeout" in cause["next"]
+    assert leads(text, cause)
+
+
+def test_output_kept_open_by_a_process_the_child_left_running_is_named(tmp_path, logdir):
+    proc = start([script(tmp_path, """
+        import subprocess
+        # A setup script that starts a server in the background and exits: the server keeps its pipes.
+        setup = subprocess.run(["bash", "-c", "sleep 3600 & echo started"], capture_output=True, text=True)
+        """, "setup.py")], logdir, **QUIET)
+    kids, rep, text = stuck(proc, logdir, (1, "still held open by"))
+    (cause,) = causes(rep, "pipe-held")
+    (server,) = [int(pid) for pid in re.findall(r"held open by pid (\d+)", cause["text"])]
+    assert cause["pids"] == [proc.pid, kids[0], server]
+    assert cause["text"].startswith(
+        "pid %d (setup) waits in subprocess.run (<module> at setup.py:4) for the end of the output of child pid "
+        "%d (bash -c sleep 3600 & echo started), which has exited, but its stdout and stderr pipes are still held "
+        "open by pid %d (sleep 3600), a process it left running" % (proc.pid, kids[0], server))
+    assert "2>&1 &" in cause["next"] and "DEVNULL" in cause["next"]
     assert leads(text, cause)
 
 

@@ -1,10 +1,11 @@
 """Process-level causes of a hang (see causes.py): the pipe deadlock of `Popen.wait()` with
-`stdout=PIPE`, a multiprocessing.Pool that lost a worker, a queue read whose writers all ended, a
-prompt on a stdin nobody answers, a socket with no answer, a file lock another process holds, a
-stdout nobody reads, a parent waiting on a child. The evidence is the notes the runtime wrote under
-each blocked thread (`child:`, `pipe:`, `stdin:`, `socket:`, `file lock:`, see runtime/peers.py)
-and the process tree. It only reads the judged report and the folder, and names no process that no
-note or log names: what is not known is said to be unknown."""
+`stdout=PIPE`, a child's output kept open by a process it left running, a multiprocessing.Pool
+that lost a worker, a queue read whose writers all ended, a prompt on a stdin nobody answers, a
+socket with no answer, a file lock another process holds, a stdout nobody reads, a parent waiting
+on a child. The evidence is the notes the runtime wrote under each blocked thread (`child:`,
+`pipe:`, `stdin:`, `socket:`, `file lock:`, see runtime/peers.py) and the process tree. It only
+reads the judged report and the folder, and names no process that no note or log names: what is
+not known is said to be unknown."""
 import re
 import time
 
@@ -18,6 +19,8 @@ _CHILD_STDIN = re.compile(r"blocked reading fd 0 \(stdin\), pipe:\[\d+\], which 
 _PIPE = re.compile(r"^fd \d+ \((stdout|stderr)\), (pipe|socket):\[\d+\](?:, (full|not full) \(\d+ of \d+ bytes\))?; "
                    r"(.*)$")
 _STDIN = re.compile(r'^fd 0, (pipe|socket):\[\d+\]; (.*?)(?:; unfinished output line: (".*"))?$')
+_HELD_OPEN = re.compile(r"; its (stdout pipe is|stderr pipe is|stdout and stderr pipes are) still held open by "
+                        r"(.*?)(?=; its |$)")
 _FILE_LOCK = re.compile(r"^(?P<path>.+) \((?P<how>flock|fcntl|filelock)\); (?P<who>.*)$")
 _SOCKET = re.compile(r"^fd \d+ (\w+), TCP (\S+) -> (\S+), (\w+), (client|server)(?:; (.*))?$")
 _HOLDER = re.compile(r"pid (\d+) \((.*?)\)(?:, |$| \()")
@@ -33,7 +36,8 @@ def find(report, folder):
     procs = {(d["host"], d["pid"]): d for d in report["processes"]}
     stuck = [d for d in report["processes"] if d["stall"] is not None and d["state"] == "stalled"]
     found, told = [], set()
-    for finder in (_stdin, _pipe_deadlock, _pool, _child_died, _network, _file_lock, _full_stream, _child_wait):
+    for finder in (_stdin, _pipe_deadlock, _pipe_held, _pool, _child_died, _network, _file_lock, _full_stream,
+                   _child_wait):
         for d in stuck:
             for t in d["stall"]["threads"]:
                 cause = finder(_Seen(d, t, procs, folder), told)
@@ -352,6 +356,24 @@ def _drain(launcher, stream, who):
             "python": "in %s, read `proc.%s` (or use `proc.communicate()`), or start the child with `%s=` a file "
                       "or `subprocess.DEVNULL`" % (who, stream, stream),
             "other": "make %s read this stream, or send it to a file or /dev/null" % who}[launcher]
+
+
+def _pipe_held(seen, told):
+    """A parent reading a child's output to its end (communicate, run with capture_output) after
+    the child exited, while a process the child left running holds the pipe open."""
+    for pid, command, _state, _words, rest in seen.children():
+        m = _HELD_OPEN.search(rest)
+        if m is None or frozenset((seen.d["pid"], pid)) in told:
+            continue
+        holders = _HOLDER.findall(m.group(2))
+        text = ("%s waits in %s (%s) for the end of the output of child pid %d (%s), which has exited, but its "
+                "%s still held open by %s, a process it left running: the output never ends" % (
+                    seen.who, seen.call, seen.at, pid, command, m.group(1), m.group(2)))
+        next_step = ("start background processes with their own output (`cmd > server.log 2>&1 &`, or "
+                     "`stdout=subprocess.DEVNULL` for a Popen they start), or wait for the child with "
+                     "`proc.wait()` instead of reading its output to the end")
+        return seen.cause("pipe-held", text, next_step, [seen.d["pid"], pid] + [int(p) for p, _ in holders[:1]])
+    return None
 
 
 def _child_wait(seen, told):

@@ -3,7 +3,9 @@ the child it waits for, the process at the other end of a full stdout or of stdi
 socket. The lines, parsed by the reader (read/process_causes.py):
   child: pid N (COMMAND), state S (WORDS)[, WHAT IT IS BLOCKED IN]
       e.g. `, blocked writing to fd 1 (stdout), pipe:[99], full (65536 of 65536 bytes), which only this
-      process reads`; `pid N: gone (it exited)` when it ended in between
+      process reads`; `pid N: gone (it exited)` when it ended in between; for a child that has
+      exited, `; its stdout pipe is still held open by pid M (COMMAND)` when a process it left
+      behind keeps the output this thread reads from ending
   pipe: fd 1 (stdout), pipe:[99][, full (Q of C bytes)]; OTHER END
   stdin: fd 0, pipe:[77]; OTHER END[; unfinished output line: "Continue? [y/N] "]
       OTHER END: `other end held by pid N (COMMAND)[, pid M (COMMAND)]`, `... by this process`,
@@ -47,7 +49,8 @@ def lines(tid, ident, frame):
         # A timed wait (Popen.wait(timeout=...)) runs Python between its short sleeps: it may be
         # caught outside any system call, and still names its child through its frames.
         name, _number, args = kstate.syscall(tid) or (None, None, None)
-        out = ["  child: " + child(pid) for pid in _waited(name, args, frame)]
+        popen = _popen(frame)
+        out = ["  child: " + _child_line(pid, popen) for pid in _waited(name, args, popen)]
         if name in ("read", "write", "connect"):
             out += _fd_lines(name, args[0], ident)
         elif name == "poll":
@@ -59,7 +62,7 @@ def lines(tid, ident, frame):
 
 # --- children ------------------------------------------------------------------------------------
 
-def _waited(name, args, frame):
+def _waited(name, args, popen):
     """The children this thread waits for: the wait call's own pid argument, else the
     subprocess.Popen its frames are in (Popen.wait with a timeout sleeps, communicate polls)."""
     if name == "wait" or (name == "waitid" and args[0] == 1):  # waitid(P_PID, pid, ...)
@@ -67,8 +70,7 @@ def _waited(name, args, frame):
         return [pid] if pid > 0 else _children()[:MAX_CHILDREN]
     if name == "waitid":  # P_ALL, P_PGID: any child
         return _children()[:MAX_CHILDREN]
-    pid = _popen_pid(frame)
-    return [pid] if pid else []
+    return [vars(popen)["pid"]] if popen is not None else []
 
 
 def _signed(value):
@@ -85,8 +87,8 @@ def _children():
     return pids
 
 
-def _popen_pid(frame):
-    """The pid of the running subprocess.Popen whose wait or communicate this thread is in, or None."""
+def _popen(frame):
+    """The running subprocess.Popen whose wait or communicate this thread is in, or None."""
     subprocess = sys.modules.get("subprocess")
     path = getattr(subprocess, "__file__", None)
     for f in _frames(frame, MAX_FRAMES):
@@ -95,19 +97,57 @@ def _popen_pid(frame):
         obj = waits.frame_locals(f).get("self")
         if type(obj) is subprocess.Popen:  # exactly: a subclass may run code on attribute access
             fields = vars(obj)
-            pid = fields.get("pid")
-            if type(pid) is int and fields.get("returncode") is None:
-                return pid
+            if type(fields.get("pid")) is int and fields.get("returncode") is None:
+                return obj
     return None
 
 
-def child(pid):
-    """`pid 789 (python worker.py), state S (sleeping), blocked writing to fd 1 (stdout), ...`."""
+def _child_line(pid, popen):
+    """child(pid), knowing the Popen it was started by, if any: the command it was given (a child
+    that has exited has no command line left), and who still holds its output pipes open."""
+    if popen is None or vars(popen)["pid"] != pid:
+        return child(pid)
+    args = vars(popen).get("args")
+    args = [args] if type(args) is str else args
+    given = _command_text(args) if type(args) in (list, tuple) and all(type(a) is str for a in args) else ""
+    text = child(pid, given)
+    return text + _held_pipes(popen, pid) if _state(pid) in (None, "Z") else text
+
+
+def _state(pid):
+    """The kernel's one-letter state of a process (`S`, `Z`, ...), None when it is gone."""
     fields = _read("/proc/%d/stat" % pid).rpartition(")")[2].split()
-    if not fields:
-        return "pid %d: gone (it exited)" % pid
-    state = fields[0]
-    text = "pid %d (%s), state %s (%s)" % (pid, command(pid) or "?", state, kstate.STATES.get(state, "unknown"))
+    return fields[0] if fields else None
+
+
+def _held_pipes(popen, pid):
+    """`; its stdout pipe is still held open by pid 812 (sleep 3600)` (`its stdout and stderr pipes
+    are` when one process holds both): a child that has exited but left a process of its own,
+    started in the background, holding the pipe the parent reads to its end, which never comes."""
+    import io
+    held = []
+    for stream in ("stdout", "stderr"):
+        f = vars(popen).get(stream)
+        if type(f) not in (io.BufferedReader, io.TextIOWrapper, io.FileIO) or f.closed:
+            continue
+        link = _link("/proc/self/fd/%d" % f.fileno())
+        pids = [p for p in holders(link, "write")[0] if p not in (os.getpid(), pid)] if link.startswith("pipe:") \
+            else []
+        if pids:
+            held.append((stream, ", ".join(_who(p) for p in pids[:2])))
+    if len(held) == 2 and held[0][1] == held[1][1]:
+        return "; its stdout and stderr pipes are still held open by " + held[0][1]
+    return "".join("; its %s pipe is still held open by %s" % one for one in held)
+
+
+def child(pid, given=""):
+    """`pid 789 (python worker.py), state S (sleeping), blocked writing to fd 1 (stdout), ...`;
+    given: its command as the parent gave it, for a child whose own command line is gone."""
+    state = _state(pid)
+    if state is None:
+        return "pid %d%s: gone (it exited)" % (pid, " (%s)" % given if given else "")
+    text = "pid %d (%s), state %s (%s)" % (pid, command(pid) or given or "?", state,
+                                          kstate.STATES.get(state, "unknown"))
     if state == "Z":
         return text + ", exited: it waits for this process to collect its status"
     call = kstate.syscall(pid, pid)
@@ -253,7 +293,11 @@ def command(pid):
     """A process's command line, redacted, with each path shortened to its last part:
     `node gui.js`, `python train.py --lr 3`; '' when it cannot be read."""
     raw = _read("/proc/%d/cmdline" % pid, 4096)
-    args = redact.argv([a for a in raw.split("\0") if a])
+    return _command_text([a for a in raw.split("\0") if a])
+
+
+def _command_text(args):
+    args = redact.argv(args)
     text = " ".join(os.path.basename(a) if i == 0 or (os.sep in a and not a.startswith("-") and " " not in a) else a
                     for i, a in enumerate(args))
     return text if len(text) <= MAX_COMMAND else text[:MAX_COMMAND - 3] + "..."
