@@ -12,8 +12,8 @@ import time
 import pytest
 
 from earlylog.runtime import records
-from support import (PYTHON, ROOT, TIMEOUT, clean_env, earlylog, kill_tree, log_files, python_3, read, report_json,
-                     run_python, script, start, wait_for)
+from support import (PYTHON, ROOT, TIMEOUT, clean_env, earlylog, free_port, kill_tree, log_files, python_3, read,
+                     report_json, run_python, script, start, wait_for)
 
 QUIET = {"EARLYLOG_NATIVE": "0"}  # no gdb/py-spy pass: it pauses every thread for seconds
 
@@ -391,6 +391,34 @@ def test_a_whole_run_killed_at_once_is_one_cause_not_one_per_process(tmp_path, l
                                      "kernel's OOM killer killed a process in this cgroup)"))
     cause = only(report_json(oom), "run-stopped")
     assert "OOM killer" in cause["text"] and "dmesg" in cause["next"]
+
+
+def test_the_rank_that_failed_first_is_named_before_the_ranks_its_failure_took_down(tmp_path, logdir):
+    res = run_python([script(tmp_path, """
+        import os, subprocess, sys
+        if os.environ.get("RANK") is not None:
+            import torch, torch.distributed as dist
+            dist.init_process_group("gloo")
+            if dist.get_rank() == 1:
+                raise ValueError("shard 7 has no labels")
+            dist.all_reduce(torch.ones(2))  # rank 1 never joins: gloo sees its connection close
+            sys.exit(0)
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1], WORLD_SIZE="2")
+        ranks = [subprocess.Popen([sys.executable, __file__], env=dict(env, RANK=str(r))) for r in range(2)]
+        print([rank.wait() for rank in ranks])
+        # Later jobs that fail on their own are not taken down by the first.
+        for _ in range(2):
+            subprocess.run([sys.executable, "-c", "raise SystemExit(3)"])
+        """, "ddp.py"), str(free_port())], logdir=logdir, env=QUIET)
+    assert b"[1, 1]" in res.stdout
+    rep = report_json(logdir)
+    r0, r1 = sorted((p for p in rep["processes"] if p["rank"] is not None), key=lambda p: p["rank"])
+    cause = only(rep, "first-failure")
+    assert cause["pids"] == [r1["pid"], r0["pid"]]
+    assert cause["text"].startswith("pid %d (%s) failed first: ValueError: shard 7 has no labels in <module> at "
+                                    "ddp.py:7; then pid %d (%s) " % (r1["pid"], r1["tag"], r0["pid"], r0["tag"]))
+    assert "fix the error of pid %d" % r1["pid"] in cause["next"]
+    assert rep["verdict"][1].startswith("pid %d (%s) failed first" % (r1["pid"], r1["tag"]))
 
 
 def test_busy_or_deliberately_sleeping_programs_get_no_cause(tmp_path, logdir):

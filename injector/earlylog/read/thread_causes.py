@@ -1,11 +1,12 @@
 """Thread-level causes (see causes.py): a lock and the thread holding it (a deadlock when holders
-wait on each other), a thread pool whose workers all wait for work queued behind them, a join and
-where the joined thread is, a finished program kept alive by a non-daemon thread, a thread that
-died while the others wait, C code holding the GIL, a stack overflow; and one cause for processes
-that all ended at the same moment. Each is one sentence of
-evidence (thread, frame, pid) and a next step, read from the judged report and the folder's raw
-facts, above all the notes the runtime wrote under each thread (runtime/waits.py). It states
-only what the log says ("held by an unknown thread"); it never writes, prints or guesses."""
+wait on each other), a lock a fork copied locked, a thread pool whose workers all wait for work
+queued behind them, a join and where the joined thread is, a finished program kept alive by a
+non-daemon thread, a thread that died while the others wait, C code holding the GIL, a stack
+overflow; and for a run, processes that all ended at the same moment, and peers that failed one
+after another (the first failure first). Each is one sentence of evidence (thread, frame, pid)
+and a next step, read from the judged report and the folder's raw facts, above all the notes the
+runtime wrote under each thread (runtime/waits.py). It states only what the log says ("held by an
+unknown thread"); it never writes, prints or guesses."""
 import os
 import re
 import time
@@ -27,6 +28,7 @@ _POOL_WORKER = re.compile(r"^(.+)_\d+$")  # ThreadPoolExecutor's thread names: `
 _POOL_FILE = os.path.join("concurrent", "futures", "thread.py")
 OVERFLOW = 50        # a stack whose innermost frame repeats this often is a stack overflow
 MOMENT = 2.0         # seconds: the least time between a process's last line and its next one
+FOLLOW = 120.0       # seconds: a failure this soon after a peer's may follow from it
 DEFAULT_STALL = 30.0  # the watchdog's threshold when its note is missing
 
 
@@ -90,7 +92,7 @@ def find(report, folder):
         p = folder.procs.get((d["host"], d["pid"]))
         if p is not None:
             causes += _stalled(d, p, folder.procs.get((d["host"], d["ppid"]))) + _overflow(d, p)
-    return causes + _run_stopped(report, folder)
+    return causes + _run_stopped(report, folder) + _first_failure(report)
 
 
 # --- one stalled process ---------------------------------------------------------------------
@@ -410,6 +412,44 @@ def _run_stopped(report, folder):
                   "that came from outside the processes: check the job scheduler's record (a time limit, a "
                   "cancel, a preemption) or what killed the process group; `dmesg -T | grep -i oom` rules the "
                   "OOM killer in or out", [d["pid"] for d in procs], [])]
+
+
+def _first_failure(report):
+    """Ranks of a job, or processes of one parent, running side by side that failed one after the
+    other: the first failure is the one to fix; the later ones (a peer's connection closed, a
+    collective aborted) most likely follow from it."""
+    groups = {}
+    for d in report["processes"]:
+        if d["state"] in ("failed", "crashed") and d["end"] is not None:
+            key = ("ranks", d["job"]) if d["rank"] is not None else (d["host"], d["ppid"])
+            groups.setdefault(key, []).append(d)
+    out = []
+    for group in groups.values():
+        group.sort(key=lambda d: d["end"])
+        first = group[0]
+        # Only peers that ran beside it: a process started after it ended did not follow from it.
+        rest = [d for d in group[1:] if d["end"] - first["end"] <= FOLLOW and (d["start"] or 0) <= first["end"]]
+        if not rest or rest[0]["end"] - first["end"] < MOMENT / 20:
+            continue  # alone, or no one failed first: nothing follows from anything
+        then = "; ".join("%s %s after it (%s)" % (label(d), secs(d["end"] - first["end"]), _short(_failure(d)))
+                         for d in rest[:3]) + ("; and %d more" % (len(rest) - 3) if rest[3:] else "")
+        out.append(Cause("first-failure", "%s failed first: %s; then %s" % (label(first), _failure(first), then),
+                         "fix the error of %s first: the later failures most likely follow from it (a peer "
+                         "that stopped answering)" % label(first), [first["pid"]] + [d["pid"] for d in rest], []))
+    return out
+
+
+def _failure(d):
+    """`ValueError: bad shard in load at x.py:8`, or `Segmentation fault in f at x.py:3`."""
+    return d["summary"].partition(": ")[2] if d["state"] == "crashed" else \
+        d["summary"].partition(" after ")[2].partition(": ")[2] or d["summary"]
+
+
+def _short(text):
+    """A failure in under 100 characters, without the source path a C++ library's message may
+    start with (`RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer`)."""
+    text = re.sub(r"^(\w+: )\[[^\]]*\]\s*", r"\1", text)
+    return text if len(text) <= 100 else text[:97] + "..."
 
 
 # --- words -----------------------------------------------------------------------------------
