@@ -361,3 +361,16 @@ def test_holders_behind_decorators_and_non_ascii_source_are_found():
     assert lines[0].startswith("  waits for: lock lock (threading.Lock at 0x")
     assert lines[1].startswith("  held by: thread holder (ident 0x%x); with block at %s:" % (holder.ident, __file__))
     assert lines[1].endswith(" in hold")
+
+
+def test_a_multi_line_exception_is_summed_up_by_its_first_line_with_words(tmp_path):
+    text = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \\n" + "=" * 60 +
+            "\\ntrain.py FAILED\\n" + "-" * 60 + "\\nFailures:\\n  <NO_OTHER_FAILURES>")
+    write(tmp_path, 30, [(0, "start", "pid 30 (parent 1) argv torchrun train.py; log x (via pth)", ()),
+                         (0.2, "exception", text, ["Traceback (most recent call last):",
+                                                   '  File "/venv/bin/torchrun", line 8, in <module>']),
+                         (0.3, "exit", "status 1 after 0.3 s; uncaught ChildFailedError", ())], "torchrun")
+    (p,) = verdict.judge(logread.read(str(tmp_path)), now=T0 + 60)["processes"]
+    assert p["exception"]["text"] == text  # whole in the JSON
+    assert p["summary"] == ("exited with status 1 after 0.3 s: torch.distributed.elastic.multiprocessing.errors."
+                            "ChildFailedError: train.py FAILED (5 more lines) in <module> at torchrun:8")

@@ -29,3 +29,16 @@ def label(d):
 def secs(s):
     """A duration as the report writes it: `0.4 s`, `41 s`."""
     return "%.1f s" % s if s < 10 else "%.0f s" % s
+
+
+def first_line(text):
+    """An exception as one line: `Type: message`, its message's first line with words (a message
+    that opens with a blank line or a rule, as torchrun's ChildFailedError does, by its next one),
+    and how many lines were left out. Lines come escaped (`\\n`) as the log writes them."""
+    lines = text.split("\\n")
+    if len(lines) == 1:
+        return text
+    head, _, message = lines[0].partition(": ")
+    words = [line.strip() for line in [message] + lines[1:] if any(c.isalnum() for c in line)]
+    more = len(lines) - 1
+    return "%s: %s (%d more line%s)" % (head, words[0] if words else "", more, "" if more == 1 else "s")

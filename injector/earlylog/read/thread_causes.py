@@ -12,7 +12,7 @@ import re
 import time
 
 from earlylog.read import frames
-from earlylog.read.causes import Cause, label, secs
+from earlylog.read.causes import Cause, first_line, label, secs
 
 # The runtime's notes under a thread in a dump (their grammar is in runtime/waits.py).
 _WAITS_FOR = re.compile(r"^waits for: (?P<kind>[a-z]+) (?P<name>.+?) \((?P<type>[\w.]+) at 0x[0-9a-f]+"
@@ -281,7 +281,7 @@ def _deaths(d, p, threads):
         when += "%s before the process went silent" % secs(gap) if gap >= 0.1 else "just before the process went silent"
         waits = "in join for thread %s" % w.joins["name"] if w.joins else "for %s" % _waiting_on(w.wait)
         out.append(Cause("thread-died", "%s: thread %s died with %s in %s, %s; thread %s has waited since, %s at %s"
-                         % (label(d), death.thread, death.text, frames.where(frame), when, w.name, waits,
+                         % (label(d), death.thread, first_line(death.text), frames.where(frame), when, w.name, waits,
                             _place(w.frame)),
                          "fix the %s in %s; to fail fast instead of hanging, give the wait a timeout (e.g. "
                          "queue.get(timeout=...)) and check the worker's is_alive()"

@@ -8,7 +8,7 @@ import time
 
 from earlylog import __version__
 from earlylog.read import idle, process_causes, thread_causes
-from earlylog.read.causes import label, secs
+from earlylog.read.causes import first_line, label, secs
 from earlylog.read.frames import call_name, frame_dict, frame_tuple, in_event_loop, library, task_chains, user_frame, where
 from earlylog.runtime import identity
 
@@ -145,7 +145,7 @@ def _exited(d, p):
     d["summary"] = "exited with status %d after %s" % (p.exit_status, _span(p.first, p.exit_time))
     if d["exception"] is not None and p.exit_status != 0:
         d["where"] = d["exception"]["frame"]
-        d["summary"] += ": %s in %s" % (d["exception"]["text"], where(frame_tuple(d["where"])))
+        d["summary"] += ": %s in %s" % (first_line(d["exception"]["text"]), where(frame_tuple(d["where"])))
 
 
 def _raised(p):
