@@ -35,8 +35,16 @@ def call_name(frames):
             continue
         if "torch/distributed" in path:
             return func
-        return "%s.%s" % (os.path.basename(path)[:-3] if path.endswith(".py") else os.path.basename(path), func)
+        return "%s.%s" % (_module(path), func)
     return None
+
+
+def _module(path):
+    """`subprocess` for .../subprocess.py; for a private module (filelock/_core/_lock.py,
+    concurrent/futures/_base.py) the nearest public package above it: `filelock`, `futures`."""
+    parts = path.replace(os.sep, "/").split("/")
+    parts[-1] = parts[-1][:-3] if parts[-1].endswith(".py") else parts[-1]
+    return next((part for part in reversed(parts) if part and not part.startswith("_")), parts[-1])
 
 
 def where(frame):

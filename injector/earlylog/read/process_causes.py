@@ -78,6 +78,11 @@ class _Seen:
     def call(self):
         return self.t.get("call") or "a wait"
 
+    @property
+    def waits(self):
+        """`waits in subprocess.run`, or `waits` when no library call of the user's is on the stack."""
+        return "waits in " + self.t["call"] if self.t.get("call") else "waits"
+
     def cause(self, kind, text, next_step, pids):
         return Cause(kind, text, next_step, pids, [self.t["name"]])
 
@@ -113,8 +118,8 @@ def _pipe_deadlock(seen, told):
         me = seen.d["pid"]
         if frozenset((me, pid)) in told:
             continue
-        head = "pipe deadlock: %s waits in %s (%s) for child pid %d (%s), which is blocked" % (
-            seen.who, seen.call, seen.at, pid, command)
+        head = "pipe deadlock: %s %s (%s) for child pid %d (%s), which is blocked" % (
+            seen.who, seen.waits, seen.at, pid, command)
         out, into = _CHILD_PIPE.search(rest), _CHILD_STDIN.search(rest)
         if out is not None:
             stream = out.group(1)
@@ -152,9 +157,9 @@ def _pool(seen, told):
     w = lost[0]
     how = (w["crash"] or {}).get("what") or _LOST[w["state"]]
     when = time.strftime(" at %H:%M:%S", time.localtime(w["end"])) if w["end"] else ""
-    text = ("%s waits in %s (%s) for results, but its pool worker pid %d %s%s%s, and no worker is computing: "
+    text = ("%s %s (%s) for results, but its pool worker pid %d %s%s%s, and no worker is computing: "
             "multiprocessing.Pool never recovers the task a dead worker held, so this wait never ends" % (
-                seen.who, seen.call, seen.at, w["pid"], how, when,
+                seen.who, seen.waits, seen.at, w["pid"], how, when,
                 " (%d workers lost)" % len(lost) if len(lost) > 1 else ""))
     why = "`dmesg -T | grep -i oom` on that host" if w["state"] == "vanished" else "its log"
     next_step = ("use concurrent.futures.ProcessPoolExecutor, which raises BrokenProcessPool when a worker dies, "
@@ -175,8 +180,8 @@ def _child_died(seen, told):
     if not lost or any(k["end"] is None for k in kids) or frozenset((seen.d["pid"], lost[0]["pid"])) in told:
         return None
     k = lost[0]
-    text = ("%s waits in %s (%s) for data from its child processes, but none is left to send it: child pid %d "
-            "(%s) %s%s" % (seen.who, seen.call, seen.at, k["pid"], k["tag"], k["summary"],
+    text = ("%s %s (%s) for data from its child processes, but none is left to send it: child pid %d "
+            "(%s) %s%s" % (seen.who, seen.waits, seen.at, k["pid"], k["tag"], k["summary"],
                            " (%d children ended in trouble)" % len(lost) if len(lost) > 1 else ""))
     next_step = ("fix what ended child %d (`earlylog report --stacks` shows its error); a multiprocessing queue "
                  "or pipe is not told when its writer dies, so read with a timeout (`q.get(timeout=...)`, "
@@ -193,7 +198,7 @@ def _file_lock(seen, told):
             continue
         path, who = m.group("path"), m.group("who")
         holders = [(int(pid), command) for pid, command in _HOLDER.findall(who)]
-        text = "%s waits in %s (%s) for a lock on the file %s" % (seen.who, seen.call, seen.at, path)
+        text = "%s %s (%s) for a lock on the file %s" % (seen.who, seen.waits, seen.at, path)
         if holders:
             pid, command = holders[0]
             holder = seen.proc(pid)
@@ -366,9 +371,9 @@ def _pipe_held(seen, told):
         if m is None or frozenset((seen.d["pid"], pid)) in told:
             continue
         holders = _HOLDER.findall(m.group(2))
-        text = ("%s waits in %s (%s) for the end of the output of child pid %d (%s), which has exited, but its "
+        text = ("%s %s (%s) for the end of the output of child pid %d (%s), which has exited, but its "
                 "%s still held open by %s, a process it left running: the output never ends" % (
-                    seen.who, seen.call, seen.at, pid, command, m.group(1), m.group(2)))
+                    seen.who, seen.waits, seen.at, pid, command, m.group(1), m.group(2)))
         next_step = ("start background processes with their own output (`cmd > server.log 2>&1 &`, or "
                      "`stdout=subprocess.DEVNULL` for a Popen they start), or wait for the child with "
                      "`proc.wait()` instead of reading its output to the end")
@@ -381,8 +386,8 @@ def _child_wait(seen, told):
     for pid, command, state, words, rest in seen.children():
         if frozenset((seen.d["pid"], pid)) in told:
             continue
-        text = "%s waits in %s (%s) for child pid %d (%s), which is %s" % (
-            seen.who, seen.call, seen.at, pid, command, rest[2:] if rest.startswith(", ") else "%s (state %s)" % (
+        text = "%s %s (%s) for child pid %d (%s), which is %s" % (
+            seen.who, seen.waits, seen.at, pid, command, rest[2:] if rest.startswith(", ") else "%s (state %s)" % (
                 words, state))
         kid = seen.proc(pid)
         main = ((kid or {}).get("stall") or {}).get("main")
