@@ -1,10 +1,10 @@
 """Causes across processes, each from a real program: a parent waiting on a child, the pipe
 deadlock of `Popen(stdout=PIPE).wait()`, a Node.js launcher that never reads its child's stdout,
 a prompt on a stdin nobody answers, a socket with no answer on 127.0.0.1, a `multiprocessing.Pool`
-whose worker was SIGKILLed, and a queue whose only writer died. Each test asserts the cause a user
-reads first (JSON `causes` and the text verdict's first lines), its evidence and its next step. Also
-a file lock (flock, lockf, the filelock package) that another process holds, and a child's output
-that a process it left running keeps open."""
+whose worker was SIGKILLed, a queue whose only writer died, a file lock (flock, lockf, the filelock
+package) that another process holds or a crashed run left, and a child's output that a process it
+left running keeps open. Each test asserts the cause a user reads first (JSON `causes` and the
+text verdict's first lines), its evidence and its next step."""
 import os
 import re
 import shutil
@@ -370,6 +370,24 @@ def test_a_file_lock_names_the_file_and_the_process_holding_it(tmp_path, logdir,
         "waits (take at fetch.py:%d)" % (6 if how == "flock" else 8)))
     assert "for a lock on the file %s, which pid %d (python fetch.py " % (lock, kids[0]) in cause["text"]
     assert "kill %d" % kids[0] in cause["next"] and "timeout" in cause["next"]
+    assert leads(text, cause)
+
+
+def test_a_lock_file_a_crashed_run_left_behind_is_called_stale(tmp_path, logdir):
+    lock = os.path.join(str(tmp_path), "model.bin.lock")
+    with open(lock, "w"):
+        pass  # left by a run that was killed while it held the lock
+    proc = start([script(tmp_path, """
+        import sys
+        from filelock import SoftFileLock
+        with SoftFileLock(sys.argv[1]):  # a lock that is the file's existence, kept by no process
+            print("downloaded")
+        """, "fetch.py"), lock], logdir, **QUIET)
+    _kids, rep, text = stuck(proc, logdir, (1, "file lock: " + lock))
+    (cause,) = causes(rep, "file-lock")
+    assert cause["pids"] == [proc.pid]
+    assert cause["text"].endswith("for a lock on the file %s, and no process on this host holds a lock on it" % lock)
+    assert cause["next"].startswith("if no other job uses it, it is a stale lock file: delete %s" % lock)
     assert leads(text, cause)
 
 

@@ -209,10 +209,13 @@ def _file_lock(seen, told):
         elif who.startswith("held by this process"):
             text += ", which this process itself holds through another open of the file"
             next_step = "take the lock once per process, or reuse the object that already holds it"
-        else:
-            text += ", and %s here" % (who if not who.startswith("held by") else "its holder is unknown")
+        elif who.startswith("no process holds"):
+            text += ", and no process on this host holds a lock on it"
             next_step = ("if no other job uses it, it is a stale lock file: delete %s; on a shared filesystem (NFS) "
                          "the holder may be a process on another host" % path)
+        else:
+            text += ", whose holder is not known (%s)" % who
+            next_step = "find the process holding it: `fuser -v %s` or `lsof %s`" % (path, path)
         return seen.cause("file-lock", text, next_step, [seen.d["pid"]] + [pid for pid, _ in holders[:1]])
     return None
 

@@ -15,7 +15,7 @@ socket. The lines, parsed by the reader (read/process_causes.py):
       CALL: connecting, receiving, sending, waiting (in poll); STATE as /proc/net/tcp names it
   file lock: PATH (flock|fcntl|filelock); HOLDERS
       HOLDERS: `held by pid N (COMMAND)[, pid M (COMMAND)]`, `... by this process`, `no process
-      holds a lock on it`, `held by an open file description lock (no pid)`
+      holds a lock on it`, `held by an open file description lock (no pid)`, `holders not known (WHY)`
 It runs in the watchdog thread at dump time only. It must never read from, write to or keep an
 inspected fd (it reads /proc links, fdinfo and queue sizes), never run the program's code (objects
 are looked into only when their type is exactly the standard library's), never block (the search
@@ -423,8 +423,10 @@ def _filelock_path(frame):
 
 def _lock_holders(st):
     """Who holds a lock on the file st describes, from /proc/locks (blocked requests, `->`, aside)."""
-    pids = []
-    for line in _read("/proc/locks", MAX_TCP_BYTES).splitlines():
+    pids, table = [], _read("/proc/locks", MAX_TCP_BYTES)
+    if not table and not os.access("/proc/locks", os.R_OK):  # an empty table is no lock at all
+        return "holders not known (/proc/locks unreadable)"
+    for line in table.splitlines():
         fields = line.split()
         if len(fields) < 6 or fields[1] == "->":
             continue
