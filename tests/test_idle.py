@@ -170,3 +170,8 @@ def test_the_dataloader_worker_stuck_in_getitem_is_the_one_named_not_the_idle_on
     assert rep["verdict"][0] == "2 of 3 processes in trouble: 2 stuck"
     assert rep["verdict"][1] == "pid %d (shards) waits in queues.get for child %d (fork<shards), which is stalled " \
                                 "in __getitem__ at shards.py:10" % (proc.pid, stuck["pid"])
+    # Read after the job was killed (a scheduler's time limit), the report still links the two.
+    rep = wait_for(lambda: (lambda r: r if {p["state"] for p in r["processes"]} == {"vanished"} else None)(
+        report_json(logdir)))
+    assert "pid %d (shards) had waited in queues.get for child %d (fork<shards), which had stalled in __getitem__ " \
+           "at shards.py:10 when they ended" % (proc.pid, stuck["pid"]) in rep["verdict"]

@@ -454,27 +454,39 @@ def _ranks(out, explained, stragglers):
 
 def _parents(out, by_key, explained, stragglers, told):
     """A stalled parent whose child is in trouble waits for that child: say so, name the child,
-    unless a cause already tells that pair."""
+    unless a cause already tells that pair. Of a parent that was stalled when it was stopped (a
+    job killed at its time limit), say which stalled child it had waited for, beside its own line."""
     lines = []
     for d in out:
-        if d["state"] != "stalled":
+        live = d["state"] == "stalled"
+        if not live and (d["state"] not in ("killed", "vanished") or d["stall"] is None or d["idle"]):
             continue
         kids = [by_key[(d["host"], pid)] for pid in d["children"] if (d["host"], pid) in by_key]
-        bad = sorted((k for k in kids if k["state"] in TROUBLE), key=lambda k: id(k) not in stragglers)
+        bad = sorted((k for k in kids if k["state"] in TROUBLE and (live or _stalled_child(k))),
+                     key=lambda k: (id(k) not in stragglers, not _stalled_child(k)))
         if not bad:
             continue
-        explained.add(id(d))
+        if live:
+            explained.add(id(d))
         bad = [k for k in bad if frozenset((d["pid"], k["pid"])) not in told]
         if not bad:
             continue
         call = d["stall"]["main"]["call"] if d["stall"]["main"] else None
         kid = bad[0]
-        what = ("is stalled in %s" % where(frame_tuple(kid["where"]))) if kid["state"] == "stalled" \
-            else "ended (%s)" % kid["summary"]
-        lines.append("pid %d (%s) waits%s for child %d (%s), which %s" % (
-            d["pid"], d["tag"], " in " + call if call else "", kid["pid"], kid["tag"], what)
-            + ("" if len(bad) == 1 else " (and %d more in trouble)" % (len(bad) - 1)))
+        if live:
+            what = ("is stalled in %s" % where(frame_tuple(kid["where"]))) if kid["state"] == "stalled" \
+                else "ended (%s)" % kid["summary"]
+        else:
+            what = "had stalled in %s when they ended" % where(frame_tuple(kid["where"]))
+        lines.append("pid %d (%s) %s%s for child %d (%s), which %s" % (
+            d["pid"], d["tag"], "waits" if live else "had waited", " in " + call if call else "", kid["pid"],
+            kid["tag"], what) + ("" if len(bad) == 1 else " (and %d more in trouble)" % (len(bad) - 1)))
     return lines
+
+
+def _stalled_child(k):
+    """A child that was stuck (not idle) when it was last seen."""
+    return k["stall"] is not None and not k["idle"] and k["where"] is not None
 
 
 def _vanished_cause(d, out):
