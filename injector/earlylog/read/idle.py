@@ -6,6 +6,7 @@ waits inside a task of the user's: for a reply, a lock, a child or a peer."""
 import re
 
 from earlylog.read.frames import in_event_loop, is_file, library, task_chains
+from earlylog.runtime.stacks import SERVER_READ
 
 # Library frames that may call the user's code without making it a task: the interpreter running a
 # script or module, an import, a thread or a multiprocessing child running its target. Any other
@@ -145,14 +146,17 @@ def _plumbing(path):
 
 def _loop_tasks(t):
     """An event loop waits for work when each pending task is a library's own, or awaits a server,
-    a queue or a sleep; a task of the user's awaiting anything else (a reply) is stuck."""
+    a queue, a sleep or a client's next request on a connection its server accepted; a task of the
+    user's awaiting anything else (a reply) is stuck."""
     counted = next((int(m.group(1)) for m in (_TASKS.match(n) for n in t.notes) if m), None)
     chains = task_chains(t.notes)
     if counted is None:
         return None if any(not library(f[0]) for f in t.frames) else "waiting for work in an asyncio event loop"
     if counted > len(chains):
         return None  # not every task was written: nothing can be said of the rest
-    for _name, frames, _awaiting in chains:
+    for _name, frames, awaiting in chains:
+        if awaiting == SERVER_READ:
+            continue  # a server's connection handler waiting for its client's next request
         if any(not library(path) for path, _line, _func in frames) and not any(
                 func == name and is_file(path, suffix) for path, _line, func in frames for suffix, name in _ASYNC_WORK):
             return None

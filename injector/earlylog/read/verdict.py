@@ -14,6 +14,7 @@ from earlylog.runtime import identity
 
 SCHEMA = 1
 TROUBLE = ("stalled", "crashed", "killed", "vanished", "failed")
+_RUN_CAUSES = ("run-stopped", "first-failure")  # causes about a whole run, not about one wait
 _CRASHES = {"Segmentation fault": "SIGSEGV", "Floating point exception": "SIGFPE", "Aborted": "SIGABRT",
             "Bus error": "SIGBUS", "Illegal instruction": "SIGILL"}
 _OOM_HOW = "confirm with `dmesg -T | grep -i oom` or `journalctl -k | grep -i oom` on that host"
@@ -370,7 +371,8 @@ def _verdict(out, by_key, causes):
     # A run stopped as a whole is one cause, not one "likely SIGKILL" guess per process.
     stopped = {pid for c in causes if c["kind"] == "run-stopped" for pid in c["pids"]}
     lines += _ranks(out, explained, stragglers)
-    told = {frozenset(c["pids"][:2]) for c in causes if len(c["pids"]) > 1}  # parent and child, already told
+    # A waiting process and what it waits for, already told (a run-level cause lists pids, not a pair).
+    told = {frozenset(c["pids"][:2]) for c in causes if len(c["pids"]) > 1 and c["kind"] not in _RUN_CAUSES}
     lines += _parents(out, by_key, explained, stragglers, told)
     for d in troubled:
         if id(d) not in explained:

@@ -1,11 +1,14 @@
 """The rich stack dump: every thread's name, ids, daemon flag, kernel state, phase and frames,
-plus each pending asyncio task's await chain. It only reads; it must never block or raise."""
+plus each pending asyncio task's await chain (`task NAME: FILE:LINE in CORO > ... > awaiting WHAT`,
+WHAT being `a Future`, `task NAME`, `gather of N tasks`, SERVER_READ or the object's repr). It only
+reads; it must never block or raise."""
 import sys
 import time
 
 from earlylog.runtime import peers, threads as our_threads, waits
 
 MAX_FRAMES = 40
+SERVER_READ = "a request on a connection its server accepted"  # what an idle server's handler awaits
 SAMPLE = 0.2  # seconds between two CPU readings, to tell a busy thread from a blocked one
 
 
@@ -117,16 +120,37 @@ def _running_loop(frame):
 def await_chain(coro, waiter=None):
     """['main.py:10 in worker', 'main.py:20 in fetch', 'awaiting <Future pending>'], outermost first;
     a bare Future at the end is named by waiter (`task NAME`) when that is known."""
-    chain = []
+    chain, last = [], None
     while coro is not None and len(chain) < MAX_FRAMES:
         frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None) or getattr(coro, "ag_frame", None)
         if frame is None:
             # A bare Future shows as its iterator (FutureIter) with nothing more to say.
-            chain.append("awaiting " + ((waiter or "a Future") if type(coro).__name__ == "FutureIter" else _short(coro)))
+            if type(coro).__name__ == "FutureIter":
+                waiter = waiter or (SERVER_READ if last is not None and _server_read(last) else "a Future")
+            chain.append("awaiting " + (waiter if type(coro).__name__ == "FutureIter" else _short(coro)))
             break
         chain.append("%s:%d in %s" % (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+        last = frame
         coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None) or getattr(coro, "ag_await", None)
     return chain
+
+
+def _server_read(frame):
+    """Is this frame a stream read (`reader.readline()`) on a connection an asyncio server accepted?
+    Such a read waits for the client's next request: a server's idle, not a reply that never comes.
+    The transport a server accepted keeps that server in its `_server` slot; a client's is None."""
+    streams = sys.modules.get("asyncio.streams")
+    if streams is None or frame.f_code.co_filename != getattr(streams, "__file__", None):
+        return False
+    reader = waits.frame_locals(frame).get("self")
+    if type(reader) is not getattr(streams, "StreamReader", None):  # exactly: no subclass's code runs
+        return False
+    try:
+        transport = vars(reader).get("_transport")
+        return type(transport).__module__ == "asyncio.selector_events" and \
+            vars(transport).get("_server") is not None
+    except TypeError:  # a transport without an instance dict: not one a server made
+        return False
 
 
 def _short(obj):
