@@ -29,6 +29,7 @@ _POOL_FILE = os.path.join("concurrent", "futures", "thread.py")
 OVERFLOW = 50        # a stack whose innermost frame repeats this often is a stack overflow
 MOMENT = 2.0         # seconds: the least time between a process's last line and its next one
 FOLLOW = 120.0       # seconds: a failure this soon after a peer's may follow from it
+APART = 0.1          # seconds: failures closer than this ended together, neither first
 DEFAULT_STALL = 30.0  # the watchdog's threshold when its note is missing
 
 
@@ -429,7 +430,7 @@ def _first_failure(report):
         first = group[0]
         # Only peers that ran beside it: a process started after it ended did not follow from it.
         rest = [d for d in group[1:] if d["end"] - first["end"] <= FOLLOW and (d["start"] or 0) <= first["end"]]
-        if not rest or rest[0]["end"] - first["end"] < MOMENT / 20:
+        if not rest or rest[0]["end"] - first["end"] < APART:
             continue  # alone, or no one failed first: nothing follows from anything
         then = "; ".join("%s %s after it (%s)" % (label(d), secs(d["end"] - first["end"]), _short(_failure(d)))
                          for d in rest[:3]) + ("; and %d more" % (len(rest) - 3) if rest[3:] else "")
