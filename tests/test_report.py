@@ -4,6 +4,8 @@ has its own tests in test_html.py)."""
 import json
 import os
 import shutil
+import signal
+import time
 
 import pytest
 
@@ -301,3 +303,24 @@ def test_tests_pass_in_a_clone_whose_folder_and_venv_are_under_a_directory_calle
     logs = "".join(read(os.path.join(d, n)) for d, _, names in os.walk(inner) for n in names if n.endswith(".log"))
     assert "earlylog 0.1.0 at %s, Python" % (clone / "injector" / "earlylog") in logs
     assert str(venv) + "/lib/" in logs and "/torch/distributed/" in logs
+
+
+def test_a_stopped_process_is_stuck_and_the_report_says_how_to_resume_it(tmp_path, logdir):
+    proc = start([script(tmp_path, """
+        import time
+        for step in range(100000):
+            print("step", step, flush=True)
+            time.sleep(0.1)
+        """, "loop.py")], logdir)
+    try:
+        wait_for(lambda: any("out: step 3" in read(f) for f in log_files(logdir)))
+        os.kill(proc.pid, signal.SIGSTOP)  # as Ctrl-Z, or SIGTTIN to a background job reading the terminal
+        time.sleep(0.5)
+        (p,) = report_json(logdir)["processes"]
+        assert p["state"] == "stalled"
+        assert p["summary"].startswith("stopped by a signal (kernel state T: SIGSTOP, Ctrl-Z")
+        assert "`kill -CONT %d` resumes it" % proc.pid in p["summary"]
+        os.kill(proc.pid, signal.SIGCONT)
+        wait_for(lambda: report_json(logdir)["processes"][0]["state"] == "running")
+    finally:
+        kill_tree(proc)

@@ -14,26 +14,28 @@ from earlylog.runtime import identity
 
 SCHEMA = 1
 TROUBLE = ("stalled", "crashed", "killed", "vanished", "failed")
-_RUN_CAUSES = ("run-stopped", "first-failure")  # causes about a whole run, not about one wait
+_RUN_CAUSES = ("run-stopped", "first-failure")
+_STOPPED = ("T", "t")  # kernel states of a process held stopped: by a signal, by a tracer  # causes about a whole run, not about one wait
 _CRASHES = {"Segmentation fault": "SIGSEGV", "Floating point exception": "SIGFPE", "Aborted": "SIGABRT",
             "Bus error": "SIGBUS", "Illegal instruction": "SIGILL"}
 _OOM_HOW = "confirm with `dmesg -T | grep -i oom` or `journalctl -k | grep -i oom` on that host"
 
 
 def _alive(pid, first):
-    """Is the process that wrote this log still running here (not a later process reusing its pid)?"""
+    """The kernel's state letter (`S`, `R`, `T`...) of the process that wrote this log, if it still
+    runs here; None when it is gone, or its pid now belongs to a later process."""
     try:
         with open("/proc/%d/stat" % pid, "rb") as f:
             fields = f.read().decode("ascii", "replace").rpartition(")")[2].split()
         with open("/proc/stat", "rb") as f:
             btime = next(int(line.split()[1]) for line in f if line.startswith(b"btime"))
         if fields[0] in ("Z", "X"):
-            return False
+            return None
         started = btime + int(fields[19]) / float(os.sysconf("SC_CLK_TCK"))
     except (OSError, ValueError, IndexError, StopIteration):
-        return False
+        return None
     # A reused pid started after the log's first line; ours started (a little) before it.
-    return started <= first + 2.0
+    return fields[0] if started <= first + 2.0 else None
 
 
 def _main_thread(threads):
@@ -87,13 +89,15 @@ def _process(p, now, here):
     # Local: this host's /proc can say whether it still runs. Without a readable time a reused
     # pid cannot be told apart, so liveness then stays unknown.
     local = d["checked_here"] = (p.host is None or p.host == here) and p.first is not None
+    ended = p.crash is not None or p.exit_status is not None or p.signal is not None
+    letter = _alive(p.pid, p.first) if local and not ended else None  # its kernel state, running here
     if p.crash is not None:
         _crashed(d, p)
     elif p.exit_status is not None:
         _exited(d, p)
     elif p.signal is not None:
         _signalled(d, p)
-    elif local and _alive(p.pid, p.first):
+    elif letter:
         d["state"] = "stalled" if stalled_at_end else "running"
     elif local:
         d["state"], d["end"] = "vanished", p.last
@@ -109,9 +113,23 @@ def _process(p, now, here):
         _stall_summary(d, p, now, local)
     elif d["state"] == "running":
         d["summary"] = "running, last sign of life %s ago" % secs(now - (p.last or now))
+    if d["state"] in ("running", "stalled", "idle") and letter in _STOPPED:
+        _stopped(d, p, now, letter)
     if not local:
         _elsewhere(d, p, now)
     return d
+
+
+def _stopped(d, p, now, letter):
+    """A process the kernel holds stopped writes nothing, its watchdog included, so no stall dump
+    says so: a SIGSTOP, Ctrl-Z, a background job that read from or wrote to its terminal, or a
+    debugger. It is stuck until someone resumes it."""
+    d["state"], d["idle"] = "stalled", None
+    how = "by a debugger or tracer (kernel state t): detach it" if letter == "t" else \
+        "by a signal (kernel state T: SIGSTOP, Ctrl-Z, or a background job that read from or wrote to its " \
+        "terminal): `kill -CONT %d` resumes it, `fg` in the shell that started it" % d["pid"]
+    d["summary"] = "stopped %s; last sign of life %s ago" % (how, secs(now - (p.last or now))) + (
+        "; it had %s" % d["stall"]["summary"] if d["stall"] else "")
 
 
 def _idle(d, p):
