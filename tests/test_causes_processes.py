@@ -1,10 +1,11 @@
 """Causes across processes, each from a real program: a parent waiting on a child, the pipe
 deadlock of `Popen(stdout=PIPE).wait()`, a Node.js launcher that never reads its child's stdout,
 a prompt on a stdin nobody answers, a socket with no answer on 127.0.0.1, a `multiprocessing.Pool`
-whose worker was SIGKILLed, a queue whose only writer died, a file lock (flock, lockf, the filelock
-package) that another process holds or a crashed run left, and a child's output that a process it
-left running keeps open. Each test asserts the cause a user reads first (JSON `causes` and the
-text verdict's first lines), its evidence and its next step."""
+whose worker was SIGKILLed, a queue whose only writer died, a multiprocessing lock whose holder
+was killed, a file lock (flock, lockf, the filelock package) that another process holds or a
+crashed run left, and a child's output that a process it left running keeps open. Each test
+asserts the cause a user reads first (JSON `causes` and the text verdict's first lines), its
+evidence and its next step."""
 import os
 import re
 import shutil
@@ -407,6 +408,33 @@ def test_output_kept_open_by_a_process_the_child_left_running_is_named(tmp_path,
         "open by pid %d (sleep 3600), a process it left running" % (proc.pid, kids[0], server))
     assert "2>&1 &" in cause["next"] and "DEVNULL" in cause["next"]
     assert leads(text, cause)
+
+
+def test_a_multiprocessing_lock_whose_likely_holder_was_killed_names_it(tmp_path, logdir):
+    proc = start([script(tmp_path, """
+        import multiprocessing as mp, os, signal
+        def write_shard(lock):
+            with lock:
+                os.kill(os.getpid(), signal.SIGKILL)  # killed holding the shared lock (the OOM killer, say)
+        if __name__ == "__main__":
+            lock = mp.Lock()
+            writer = mp.Process(target=write_shard, args=(lock,))
+            writer.start()
+            writer.join()
+            with lock:
+                print("never")
+        """, "shards.py")], logdir, **QUIET)
+    kids, rep, text = stuck(proc, logdir, (1, "dump: stall"))
+    (writer,) = [p for p in rep["processes"] if p["ppid"] == proc.pid]
+    (cause,) = causes(rep, "shared-lock")
+    assert cause["pids"] == [proc.pid, writer["pid"]]
+    assert cause["text"].startswith(
+        "pid %d (shards) waits (<module> at shards.py:11) for a multiprocessing lock it shares with other processes, "
+        "and pid %d (fork<shards), which shared it, vanished (no exit record: SIGKILL, or the kernel's OOM killer) "
+        "before the wait began" % (proc.pid, writer["pid"]))
+    assert "lock.acquire(timeout=" in cause["next"]
+    assert leads(text, cause)
+    assert not causes(rep, "child")  # it does not wait for that child: the child is long gone
 
 
 def test_peers_read_pipes_and_children_without_touching_them():

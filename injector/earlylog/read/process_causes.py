@@ -1,11 +1,11 @@
 """Process-level causes of a hang (see causes.py): the pipe deadlock of `Popen.wait()` with
 `stdout=PIPE`, a child's output kept open by a process it left running, a multiprocessing.Pool
-that lost a worker, a queue read whose writers all ended, a prompt on a stdin nobody answers, a
-socket with no answer, a file lock another process holds, a stdout nobody reads, a parent waiting
-on a child. The evidence is the notes the runtime wrote under each blocked thread (`child:`,
-`pipe:`, `stdin:`, `socket:`, `file lock:`, see runtime/peers.py) and the process tree. It only
-reads the judged report and the folder, and names no process that no note or log names: what is
-not known is said to be unknown."""
+that lost a worker, a queue read whose writers all ended, a multiprocessing lock whose likely
+holder died, a prompt on a stdin nobody answers, a socket with no answer, a file lock another
+process holds, a stdout nobody reads, a parent waiting on a child. The evidence is the notes the
+runtime wrote under each blocked thread (`child:`, `pipe:`, `stdin:`, `socket:`, `file lock:`,
+see runtime/peers.py) and the process tree. It only reads the judged report and the folder, and
+names no process that no note or log names: what is not known is said to be unknown."""
 import re
 import time
 
@@ -36,8 +36,8 @@ def find(report, folder):
     procs = {(d["host"], d["pid"]): d for d in report["processes"]}
     stuck = [d for d in report["processes"] if d["stall"] is not None and d["state"] == "stalled"]
     found, told = [], set()
-    for finder in (_stdin, _pipe_deadlock, _pipe_held, _pool, _child_died, _network, _file_lock, _full_stream,
-                   _child_wait):
+    for finder in (_stdin, _pipe_deadlock, _pipe_held, _pool, _child_died, _shared_lock, _network, _file_lock,
+                   _full_stream, _child_wait):
         for d in stuck:
             for t in d["stall"]["threads"]:
                 cause = finder(_Seen(d, t, procs, folder), told)
@@ -187,6 +187,33 @@ def _child_died(seen, told):
                  "or pipe is not told when its writer dies, so read with a timeout (`q.get(timeout=...)`, "
                  "`conn.poll(timeout)`) and check `process.exitcode` between tries" % k["pid"])
     return seen.cause("child-died", text, next_step, [seen.d["pid"]] + [x["pid"] for x in lost])
+
+
+def _shared_lock(seen, told):
+    """A thread waiting for a multiprocessing Lock, RLock or Semaphore while a process that shared
+    it (a child, a sibling, the parent) died by a signal or crashed before the wait: a process that
+    dies holding such a lock never releases it, and the lock does not record who holds it."""
+    frames = seen.t["frames"]
+    if not any(f["file"].endswith("multiprocessing/synchronize.py") and f["function"] in ("__enter__", "acquire")
+               for f in frames[:3]):
+        return None
+    d = seen.d
+    family = [seen.proc(pid) for pid in d["children"]] + [seen.proc(d["ppid"])] + [
+        o for o in seen.procs.values() if o["host"] == d["host"] and o["ppid"] == d["ppid"] and o is not d]
+    since = d["stall"].get("since") or float("inf")
+    dead = [o for o in family if o is not None and o["state"] in ("vanished", "killed", "crashed")
+            and (o["end"] or o["last_seen"] or since) <= since]
+    if not dead or frozenset((d["pid"], dead[0]["pid"])) in told:
+        return None
+    o = dead[0]
+    text = ("%s %s (%s) for a multiprocessing lock it shares with other processes, and pid %d (%s), which shared "
+            "it, %s before the wait began: a process that dies holding such a lock never releases it" % (
+                seen.who, seen.waits, seen.at, o["pid"], o["tag"], _LOST[o["state"]]))
+    next_step = ("keep work that can be killed (by SIGKILL, the OOM killer) out of the `with lock:` block, and take "
+                 "the lock with a timeout (`lock.acquire(timeout=...)`) so a lost holder fails loudly; a "
+                 "multiprocessing lock does not record its holder, so pid %d is the likely one, not a sure one"
+                 % o["pid"])
+    return seen.cause("shared-lock", text, next_step, [d["pid"], o["pid"]])
 
 
 def _file_lock(seen, told):
