@@ -456,10 +456,16 @@ def _printed_traceback(p, line):
         if line.startswith(" "):
             p.printing.add(line)
             return
-        threads = _without_own_frames(p, parse_threads(p.printing.lines))
         if line.strip():
-            p.printed = Raised(line.strip()[:300], threads[-1].frames if threads else [], p.printing.cut)
+            threads = _without_own_frames(p, parse_threads(p.printing.lines))
+            p.printed = _raised(line.strip()[:300], threads, p.printing.cut)
         p.printing = None
+
+
+def _raised(text, threads, cut):
+    """The exception a traceback ends with: of a chained exception's tracebacks, the last is the
+    one raised."""
+    return Raised(text, threads[-1].frames if threads else [], cut)
 
 
 def _close_block(p):
@@ -469,8 +475,8 @@ def _close_block(p):
     kind, when, text, lines = block.kind, block.time, block.text, block.lines
     threads = _without_own_frames(p, parse_threads(lines))
     if kind == "exception":
-        frames = threads[-1].frames if threads else []  # a chained exception's last is the one raised
-        p.exception = Raised(text, frames, block.cut)
+        p.exception = _raised(text, threads, block.cut)
+        frames = p.exception.frames
         p.repeated = sum(int(m.group(1)) for m in map(_REPEATED.match, threads[-1].notes if threads else []) if m)
         died = _THREAD_DIED.match(text)
         if died:

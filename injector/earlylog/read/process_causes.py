@@ -10,7 +10,7 @@ import re
 import time
 
 from earlylog.read.causes import Cause, secs
-from earlylog.read.frames import frame_tuple, library, where
+from earlylog.read.frames import frame_tuple, is_file, library, where
 
 _CHILD = re.compile(r"^pid (\d+) \((.*?)\), state (\S) \(([^)]*)\)(.*)$")
 _CHILD_PIPE = re.compile(r"blocked writing to fd \d+ \((stdout|stderr)\), pipe:\[\d+\], (full|not full) "
@@ -172,8 +172,8 @@ def _child_died(seen, told):
     ended and one ended in trouble: nothing is left to write, and the read never learns that."""
     frames = seen.t["frames"]
     files = [f["file"] for f in frames]
-    if not any(f.endswith(("multiprocessing/queues.py", "multiprocessing/connection.py")) for f in files) or \
-            any(f.endswith("multiprocessing/pool.py") for f in files) or all(library(f) for f in files):
+    reads = any(is_file(f, "multiprocessing/queues.py") or is_file(f, "multiprocessing/connection.py") for f in files)
+    if not reads or any(is_file(f, "multiprocessing/pool.py") for f in files) or all(library(f) for f in files):
         return None  # the pool has its own cause; a queue's feeder thread is not the user's wait
     kids = [k for k in map(seen.proc, seen.d["children"]) if k is not None and k["tag"] not in _HELPERS]
     lost = [k for k in kids if k["state"] in _LOST]
@@ -194,7 +194,7 @@ def _shared_lock(seen, told):
     it (a child, a sibling, the parent) died by a signal or crashed before the wait: a process that
     dies holding such a lock never releases it, and the lock does not record who holds it."""
     frames = seen.t["frames"]
-    if not any(f["file"].endswith("multiprocessing/synchronize.py") and f["function"] in ("__enter__", "acquire")
+    if not any(is_file(f["file"], "multiprocessing/synchronize.py") and f["function"] in ("__enter__", "acquire")
                for f in frames[:3]):
         return None
     d = seen.d

@@ -110,7 +110,7 @@ def _stalled(d, p, parent):
     out = [_deadlock(d, c) for c in cycles] + _starved(d, threads)
     for t in threads:
         if t.wait and t.wait["kind"] in _LOCKS and t.ident not in in_cycle and not t.busy:
-            out += _lock(d, t, by_ident) if not p.forked else (_fork_copy(d, t, parent) or _lock(d, t, by_ident))
+            out += (p.forked and _fork_copy(d, t, by_ident, parent)) or _lock(d, t, by_ident)
         if t.joins and not t.busy:
             out += _join(d, t, by_ident, in_cycle)
     return out + _shutdown(d, threads) + _deaths(d, p, threads)
@@ -187,10 +187,10 @@ def _lock(d, t, by_ident):
                   "return); `with %s:` releases on every path" % (expr, expr), [d["pid"]], [t.name])]
 
 
-def _fork_copy(d, t, parent):
+def _fork_copy(d, t, by_ident, parent):
     """In a child made by fork() without exec, a lock no thread of the child holds was, most likely,
     held by another thread of the parent at the fork: the child's copy stays locked forever."""
-    facts = t.holders[0] if len(t.holders) == 1 else None
+    facts = _holder(t, by_ident)[1]
     if facts is None or facts["self"] or facts["name"] or not (facts["gone"] or facts["ident"] is None):
         return []
     ran = " while thread%s %s ran there" % ("" if parent.fork_threads[0] == 1 else "s", parent.fork_threads[1]) \

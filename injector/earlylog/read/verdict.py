@@ -9,13 +9,14 @@ import time
 from earlylog import __version__
 from earlylog.read import idle, process_causes, thread_causes
 from earlylog.read.causes import first_line, label, secs
-from earlylog.read.frames import call_name, frame_dict, frame_tuple, in_event_loop, library, task_chains, user_frame, where
+from earlylog.read.frames import (call_name, frame_dict, frame_tuple, in_event_loop, library, task_chains, user_frame,
+                                  where)
 from earlylog.runtime import identity
 
 SCHEMA = 1
 TROUBLE = ("stalled", "crashed", "killed", "vanished", "failed")
-_RUN_CAUSES = ("run-stopped", "first-failure")
-_STOPPED = ("T", "t")  # kernel states of a process held stopped: by a signal, by a tracer  # causes about a whole run, not about one wait
+_RUN_CAUSES = ("run-stopped", "first-failure")  # causes about a whole run, not about one wait
+_STOPPED = ("T", "t")  # kernel states of a process held stopped: by a signal, by a tracer
 _CRASHES = {"Segmentation fault": "SIGSEGV", "Floating point exception": "SIGFPE", "Aborted": "SIGABRT",
             "Bus error": "SIGBUS", "Illegal instruction": "SIGILL"}
 _OOM_HOW = "confirm with `dmesg -T | grep -i oom` or `journalctl -k | grep -i oom` on that host"

@@ -32,7 +32,7 @@ SCAN_PROCS = 4000       # ... and the most processes it looks at
 MAX_CHILDREN = 4        # `child:` lines for a thread that waits for any child
 MAX_FRAMES = 12         # frames searched for the subprocess.Popen a thread waits on
 SOCKET_FRAMES = 3       # frames searched for the socket a thread polls
-MAX_TCP_BYTES = 4 << 20  # /proc/net/tcp is read this far at most (a busy host lists many sockets)
+MAX_TABLE_BYTES = 4 << 20  # /proc/net/tcp and /proc/locks are read this far at most (a busy host)
 MAX_COMMAND = 80
 _STREAMS = {0: "stdin", 1: "stdout", 2: "stderr"}
 _TCP_STATES = {"01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV", "04": "FIN_WAIT1", "05": "FIN_WAIT2",
@@ -110,8 +110,9 @@ def _child_line(pid, popen):
     args = vars(popen).get("args")
     args = [args] if type(args) is str else args
     given = _command_text(args) if type(args) in (list, tuple) and all(type(a) is str for a in args) else ""
-    text = child(pid, given)
-    return text + _held_pipes(popen, pid) if _state(pid) in (None, "Z") else text
+    state = _state(pid)
+    text = _described(pid, state, given)
+    return text + _held_pipes(popen, pid) if state in (None, "Z") else text
 
 
 def _state(pid):
@@ -140,10 +141,14 @@ def _held_pipes(popen, pid):
     return "".join("; its %s pipe is still held open by %s" % one for one in held)
 
 
-def child(pid, given=""):
-    """`pid 789 (python worker.py), state S (sleeping), blocked writing to fd 1 (stdout), ...`;
-    given: its command as the parent gave it, for a child whose own command line is gone."""
-    state = _state(pid)
+def child(pid):
+    """`pid 789 (python worker.py), state S (sleeping), blocked writing to fd 1 (stdout), ...`."""
+    return _described(pid, _state(pid))
+
+
+def _described(pid, state, given=""):
+    """child(pid) from its state letter (None: gone); given: its command as its parent gave it, for
+    a child whose own command line is gone."""
     if state is None:
         return "pid %d%s: gone (it exited)" % (pid, " (%s)" % given if given else "")
     text = "pid %d (%s), state %s (%s)" % (pid, command(pid) or given or "?", state,
@@ -365,7 +370,7 @@ def _tcp(inode):
                 seen = 0
                 for line in f:
                     seen += len(line)
-                    if seen > MAX_TCP_BYTES:
+                    if seen > MAX_TABLE_BYTES:
                         break
                     fields = line.decode("ascii", "replace").split()
                     if len(fields) < 10:
@@ -423,9 +428,10 @@ def _filelock_path(frame):
 
 def _lock_holders(st):
     """Who holds a lock on the file st describes, from /proc/locks (blocked requests, `->`, aside)."""
-    pids, table = [], _read("/proc/locks", MAX_TCP_BYTES)
+    pids, table = [], _read("/proc/locks", MAX_TABLE_BYTES)
     if not table and not os.access("/proc/locks", os.R_OK):  # an empty table is no lock at all
         return "holders not known (/proc/locks unreadable)"
+    device = (os.major(st.st_dev), os.minor(st.st_dev))
     for line in table.splitlines():
         fields = line.split()
         if len(fields) < 6 or fields[1] == "->":
@@ -433,7 +439,7 @@ def _lock_holders(st):
         dev_ino = fields[5].split(":")
         try:
             same = len(dev_ino) == 3 and int(dev_ino[2]) == st.st_ino and \
-                (int(dev_ino[0], 16), int(dev_ino[1], 16)) == (os.major(st.st_dev), os.minor(st.st_dev))
+                (int(dev_ino[0], 16), int(dev_ino[1], 16)) == device
             pid = int(fields[4])
         except ValueError:
             continue
