@@ -124,10 +124,13 @@ def await_chain(coro, waiter=None):
     while coro is not None and len(chain) < MAX_FRAMES:
         frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None) or getattr(coro, "ag_frame", None)
         if frame is None:
-            # A bare Future shows as its iterator (FutureIter) with nothing more to say.
             if type(coro).__name__ == "FutureIter":
-                waiter = waiter or (SERVER_READ if last is not None and _server_read(last) else "a Future")
-            chain.append("awaiting " + (waiter if type(coro).__name__ == "FutureIter" else _short(coro)))
+                # A bare Future shows as its iterator, which says nothing more: name it by what the
+                # task waits on, or by the stream read the frame before it is in.
+                what = waiter or (SERVER_READ if last is not None and _server_read(last) else "a Future")
+            else:
+                what = _short(coro)
+            chain.append("awaiting " + what)
             break
         chain.append("%s:%d in %s" % (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
         last = frame
