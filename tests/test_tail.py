@@ -32,6 +32,23 @@ def test_lines_of_all_processes_merge_in_time_order(tmp_path, logdir):
     assert sorted(res.stdout.splitlines(), key=lambda line: line[:12]) == res.stdout.splitlines()
 
 
+def test_a_line_a_thread_wrote_late_is_shown_at_its_time(logdir):
+    """Threads stamp a line before they write it, so a file can hold a line after a later-stamped
+    one (seen: the probe thread's nvidia-smi line after the main thread's next lines)."""
+    res = run_python("import earlylog, time\nfor m in ('m1', 'm2', 'm3'):\n    earlylog.log(m); time.sleep(0.01)",
+                     logdir=logdir)
+    path, = res.files()
+    lines = read(path).splitlines(True)
+    m1 = next(i for i, line in enumerate(lines) if line.endswith("mark: m1\n"))
+    lines.insert(m1 + 1, lines.pop(m1))  # m1 written just after m2, as a slower thread would
+    with open(path, "w") as f:
+        f.writelines(lines)
+    out = subprocess.run([PYTHON, "-m", "earlylog", "tail", "-n", "0", str(logdir)], env=clean_env(),
+                         capture_output=True, text=True, timeout=TIMEOUT).stdout.splitlines()
+    assert [line.split(" mark: ")[1] for line in out if " mark: " in line] == ["m1", "m2", "m3"]
+    assert sorted(out, key=lambda line: line[:12]) == out
+
+
 def test_follow_shows_processes_that_start_later(tmp_path, logdir):
     run_python("import earlylog; earlylog.log('before tail')", logdir=logdir)
     out = tmp_path / "tail.out"

@@ -11,6 +11,7 @@ from earlylog.read import files, logread
 
 POLL = 0.2      # seconds between looks at the folder when following
 CHUNK = 1 << 16
+REORDER = 256   # lines of one file held back to put threads' interleaved lines in time order
 
 
 def add_parser(sub):
@@ -101,7 +102,7 @@ def main(args):
     out = sys.stdout
     try:
         sources = _sources(folder, known, clock, here)
-        merged = heapq.merge(*[_numbered(s.read(), i) for i, s in enumerate(sources)])
+        merged = heapq.merge(*[_in_order(_numbered(s.read(), i)) for i, s in enumerate(sources)])
         total = [0]
 
         def counted(items):
@@ -134,6 +135,19 @@ def main(args):
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def _in_order(items, window=REORDER):
+    """A file's lines in time order. Threads stamp a line before they write it, so a line can land
+    a few lines after a later-stamped one; heapq.merge needs each input sorted."""
+    held = []
+    for item in items:
+        if len(held) >= window:
+            yield heapq.heappushpop(held, item)
+        else:
+            heapq.heappush(held, item)
+    while held:
+        yield heapq.heappop(held)
 
 
 def _numbered(items, source):
