@@ -11,6 +11,8 @@ from support import PYTHON, TIMEOUT, clean_env, log_files, read, run_python, scr
 
 # Long enough for the background probes (nvidia-smi, packages) to write their lines.
 WAIT_FOR_BACKGROUND = "import time, sys\ntime.sleep(0.5)\nprint('torch imported:', 'torch' in sys.modules)\n"
+# The probes come 0.1 s into a process: a program that runs a little, as any job does.
+WORK = "import time\ntime.sleep(0.3)"
 
 
 def probes(result):
@@ -59,19 +61,19 @@ def test_secrets_never_reach_a_file_or_the_console(tmp_path, logdir):
 @pytest.mark.skipif(os.path.exists("/dev/nvidia0") or os.path.exists("/proc/driver/nvidia/version"),
                     reason="this machine has an NVIDIA GPU")
 def test_cuda_visible_devices_on_a_machine_without_gpu_warns(tmp_path, logdir):
-    result = run_python("pass", logdir=logdir, env={"CUDA_VISIBLE_DEVICES": "0"})
+    result = run_python(WORK, logdir=logdir, env={"CUDA_VISIBLE_DEVICES": "0"})
     assert result.returncode == 0
     [warning] = [w for w in warnings(result) if "CUDA_VISIBLE_DEVICES" in w]
     assert "CUDA_VISIBLE_DEVICES=0 but no NVIDIA device is visible" in warning
     assert "no NVIDIA device is visible" in result.err  # a finding is shown on the console too
-    unset = run_python("pass", logdir=tmp_path / "unset")
+    unset = run_python(WORK, logdir=tmp_path / "unset")
     assert not [w for w in warnings(unset) if "CUDA_VISIBLE_DEVICES" in w]
 
 
 def test_live_off_on_a_pipe_warns_about_buffered_output(tmp_path, logdir):
-    result = run_python("pass", logdir=logdir, env={"EARLYLOG_LIVE": "0"})
+    result = run_python(WORK, logdir=logdir, env={"EARLYLOG_LIVE": "0"})
     assert any(w.startswith("stdout is a pipe and EARLYLOG_LIVE=0") for w in warnings(result))
-    assert not [w for w in warnings(run_python("pass", logdir=tmp_path / "live")) if "stdout is a pipe" in w]
+    assert not [w for w in warnings(run_python(WORK, logdir=tmp_path / "live")) if "stdout is a pipe" in w]
 
 
 def _dist(site, name, version, *requires):
@@ -108,8 +110,21 @@ def test_a_hung_nvidia_smi_is_killed_after_its_timeout(tmp_path, monkeypatch):
 
 
 def test_probes_off_and_fork_children_log_no_probes(logdir):
-    assert not probes(run_python("pass", logdir=logdir, env={"EARLYLOG_PROBES": "0"}))
-    code = "import os\npid = os.fork()\nif pid == 0:\n    os._exit(0)\nos.waitpid(pid, 0)\n"
+    assert not probes(run_python(WORK, logdir=logdir, env={"EARLYLOG_PROBES": "0"}))
+    # The child fails at once, which would run a process's probes at its exit: not a fork child's.
+    code = "import os, time\npid = os.fork()\nif pid == 0:\n    os._exit(1)\nos.waitpid(pid, 0)\ntime.sleep(0.3)\n"
     result = run_python(code, logdir=os.path.join(str(logdir), "fork"))
     tags = {r["tag"] for r in result.records() if r["kind"] == "probe"}
     assert tags == {"cmd"} and len(result.files()) == 2
+
+
+def test_a_process_that_ends_at_once_logs_no_probes_unless_it_failed(logdir):
+    """The probes come 0.1 s in: a helper that is done by then (a launcher's `python -c ...`)
+    pays nothing for them, and one that fails sooner still gets them, before its exit line."""
+    quick = run_python("print('done')", logdir=logdir / "quick")
+    assert quick.returncode == 0 and quick.out == "done\n"
+    assert not probes(quick) and " exit: status 0 " in quick.text()
+    failed = run_python("import no_such_module_here", logdir=logdir / "failed")
+    kinds = [r["kind"] for r in failed.records()]
+    assert failed.returncode == 1 and {"process", "stdio", "env", "machine", "gpu"} <= set(probes(failed))
+    assert kinds.index("exception") < kinds.index("probe") < kinds.index("exit") == len(kinds) - 1

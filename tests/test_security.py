@@ -88,7 +88,7 @@ def test_secrets_never_reach_logs_or_console(tmp_path, logdir, fmt):
     on = run_both(["-c", code] + argv, logdir, env=env)
     assert on.returncode == len(argv) + 1
     everything = on.text() + on.err
-    assert "argv seen" in everything and "alice" in everything
+    assert "argv seen" in everything and "alice" in everything and "HF_TOKEN=***" in everything  # env probe ran
     for secret in SECRETS:
         assert secret not in everything
 

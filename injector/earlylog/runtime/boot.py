@@ -9,7 +9,8 @@ The steps, in order, once per process (pid):
   2. log file: open this process's file (EARLYLOG_FILE, EARLYLOG_DIR, the default folder,
                else console only) and the console channel; write the `start:` line.
   3. the features, each in its own try: stdio (live output, tee), exit records and
-     exception hooks, the watchdog, the import timeline and library marks, the probes.
+     exception hooks, the watchdog, the import timeline and library marks; the probes
+     0.1 s later, in a thread of their own.
   4. fork: os.register_at_fork makes each fork child run these steps again, for its pid.
 Only in the main interpreter: a subinterpreter runs the .pth line too, and earlylog stays out.
 
@@ -23,12 +24,46 @@ import time
 
 from earlylog.runtime import state
 
+PROBES_AFTER = 0.1  # seconds into the process
+
 
 def _features():
     """The optional features, in order; each module's start(logger) sits in its own try."""
-    from earlylog.runtime import hooks, imports, probes, stdio, watchdog
+    from earlylog.runtime import hooks, imports, stdio, watchdog
     return (("stdio", stdio.start), ("hooks", hooks.start), ("watchdog", watchdog.start),
-            ("imports", imports.start), ("probes", probes.start))
+            ("imports", imports.start), ("probes", _probes_soon))
+
+
+def _probes_soon(logger):
+    """The probes run PROBES_AFTER seconds into the process in a thread of their own, or at the
+    exit record of a process that fails sooner: their modules and reads were a third of start-up,
+    and a process that ends well sooner is not the one anybody debugs
+    (docs/design.md#probes-come-after-start-up). The working folder is the one at start."""
+    state.probes_due = None  # a fork child inherits its parent's, and runs no probes of its own
+    if not logger.config.probes or logger.ident.role == "fork":
+        return
+    try:
+        cwd = os.getcwd()
+    except OSError as exc:  # deleted or unreadable working folder
+        cwd = "unavailable (%s)" % exc.strerror
+    state.probes_due = [cwd]
+    from earlylog.runtime import threads
+    threads.start("earlylog-probes", _probe_thread, logger)
+
+
+def _probe_thread(logger):
+    # Let the program run first: without a sleep this thread keeps the GIL for up to a switch
+    # interval (5 ms) before the user's code gets it back.
+    time.sleep(PROBES_AFTER)
+    from earlylog.runtime import threads
+    probes, facts = threads.gated(_probe_now, logger)
+    if facts is not None:
+        probes.run_slow(logger, facts)
+
+
+def _probe_now(logger):
+    from earlylog.runtime import probes
+    return probes, probes.run_now(logger)
 
 
 def start(origin="api"):

@@ -2,7 +2,6 @@
 It must only read /proc and /sys, and offer a line only when something moved (an idle log stays short)."""
 import os
 
-EVERY = 5.0        # seconds between samples
 MOVED = 0.10       # a change of this share (or of STEP bytes) is worth a new line
 STEP = 256 << 20
 _MIB = 1 << 20
@@ -47,6 +46,7 @@ def _existing(path, fallback, probe):
 
 class Sampler:
     """Samples memory; line() returns the `mem:` text when it is worth writing, else None."""
+    every = 5.0  # seconds between samples
 
     def __init__(self):
         self.files = _cgroup_files()

@@ -113,6 +113,10 @@ def _record():
         return
     code, how = _status or (0, _unseen())
     _status = "written"
+    if code and state.probes_due:
+        # A process that fails before its probes ran gets them now: what it ran on may be why.
+        from earlylog.runtime import probes
+        probes.run_now(logger)
     text = "status %d after %.3f s; %s" % (code, time.time() - logger.started, how)
     dropped = logger.console.dropped
     if dropped:

@@ -3,15 +3,17 @@ A probe must never import a heavy package, hang the process, or log a secret."""
 import os
 import stat
 import sys
-import time
 
-from earlylog.runtime import findings, gpu, redact
+from earlylog.runtime import findings, gpu, kstate, redact, state
 
-# Before user code (synchronously, about 1 ms): process, stdio, env, machine, and the GPU facts
-# that need no program run; then the findings those facts allow. In a daemon thread: nvidia-smi
-# (with a timeout), installed package versions, and the findings that need them. Each probe sits
-# in its own try: a failing probe costs one `probe: AREA: failed (...)` line. Fork children skip
-# the probes: they share their parent's environment, which is logged already.
+# PROBES_AFTER seconds into the process (about 1 ms of work, in a thread of ours, while fork
+# waits: threads.gated): process, stdio, env, machine, and the GPU facts that need no program run;
+# then the findings those facts allow; then, with no fork held off, nvidia-smi (with a timeout),
+# installed package versions, and the findings that need them. A process that fails sooner runs
+# the first part at its exit record; one that ends well sooner logs no probes (see
+# docs/design.md#probes-come-after-start-up). Each probe sits in its own try: a failing probe
+# costs one `probe: AREA: failed (...)` line. Fork children skip the probes: they share their
+# parent's environment, which is logged already.
 
 ENV_PREFIXES = ("CUDA_", "NVIDIA_", "NCCL_", "TORCH_", "PYTORCH_", "HF_", "HUGGINGFACE_",
                 "TRANSFORMERS_", "ACCELERATE_", "OMP_", "MKL_", "OPENBLAS_", "CUBLAS_", "CUDNN_",
@@ -26,22 +28,30 @@ FLAGS = ("debug", "inspect", "interactive", "optimize", "dont_write_bytecode", "
          "dev_mode", "utf8_mode", "safe_path")
 # Helper processes that need no nvidia-smi or package scan of their own.
 QUIET_ROLES = ("resource-tracker", "forkserver", "mp-child", "fork")
-BACKGROUND_DELAY = 0.1
 
 
-def start(logger):
-    """Log the fast probes and their findings now; start the slow ones in a daemon thread."""
-    if not logger.config.probes or logger.ident.role == "fork":
-        return
-    facts = {"env": os.environ, "live": logger.config.live, "logdir": os.path.dirname(logger.path or "")}
+def run_now(logger):
+    """Log the fast probes and their findings unless they ran already; the facts, or None."""
+    try:
+        cwd = state.probes_due.pop()  # one taker: the probe thread or a failing exit record
+    except (AttributeError, IndexError):
+        return None
+    facts = {"env": os.environ, "live": logger.config.live, "logdir": os.path.dirname(logger.path or ""),
+             "cwd": cwd}
     for area, probe in (("process", _process), ("stdio", _stdio), ("env", _env),
                         ("machine", _machine), ("gpu", _gpu)):
         _run(logger, area, probe, facts)
     _findings(logger, findings.SYNC, facts)
+    return facts
+
+
+def run_slow(logger, facts):
+    """nvidia-smi, package versions and their findings (in the probe thread, never at exit)."""
     if logger.ident.role in QUIET_ROLES or os.environ.get("LOCAL_RANK", "0") != "0":
         return
-    from earlylog.runtime import threads
-    threads.start("earlylog-probes", _background, logger, facts)
+    for area, probe in (("nvidia-smi", _smi), ("packages", _packages)):
+        _run(logger, area, probe, facts)
+    _findings(logger, findings.BACKGROUND, facts)
 
 
 def _run(logger, area, probe, facts):
@@ -63,20 +73,8 @@ def _findings(logger, checks, facts):
             logger.event("WARNING", sentence)
 
 
-def _background(logger, facts):
-    try:
-        # Let the main thread run first: Thread.start() waits for us, and without a sleep we keep
-        # the GIL for up to a switch interval (5 ms) before the user's code gets it back.
-        time.sleep(BACKGROUND_DELAY)
-        for area, probe in (("nvidia-smi", _smi), ("packages", _packages)):
-            _run(logger, area, probe, facts)
-        _findings(logger, findings.BACKGROUND, facts)
-    except BaseException:  # a daemon thread at interpreter shutdown: stay silent
-        pass
-
-
 def _process(facts):
-    cwd = _cwd()
+    cwd = facts["cwd"]
     facts["texts"] = [cwd] + list(sys.argv)
     venv = ("venv %s (base %s)" % (sys.prefix, sys.base_prefix) if sys.prefix != sys.base_prefix
             else "no venv (prefix %s)" % sys.prefix)
@@ -91,13 +89,6 @@ def _process(facts):
     if ranks:
         more.append("ranks: " + " ".join(ranks))
     return text, more
-
-
-def _cwd():
-    try:
-        return os.getcwd()
-    except OSError as exc:  # deleted or unreadable working folder
-        return "unavailable (%s)" % exc.strerror
 
 
 def _user():
@@ -141,7 +132,6 @@ def _fd_kind(fd):
     except OSError:
         return "closed", ""
     if stat.S_ISFIFO(st.st_mode):
-        from earlylog.runtime import kstate
         fill = kstate.pipe_fill(fd)
         return "pipe", " (capacity %d KiB, %d bytes unread)" % (fill[1] >> 10, fill[0]) if fill else ""
     if stat.S_ISSOCK(st.st_mode):

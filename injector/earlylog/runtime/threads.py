@@ -2,6 +2,7 @@
 Importing threading costs milliseconds of every process's start-up, and importing it from a
 non-main thread would make that thread threading's main_thread(); so this module never imports
 it, and only reads it when the program already has."""
+import os
 import sys
 import _thread
 
@@ -9,6 +10,38 @@ _ours = {}     # ident -> name of each thread we started
 _natives = {}  # ident -> kernel tid, for ours and the main thread (threading may not be there)
 _main = [None]  # ident of the thread that ran boot: the main thread, or the forking one in a child
 _alone = [False]  # this process must never get another thread: see forked()
+_gate = [_thread.allocate_lock()]  # held by a thread of ours while it imports: see gated()
+_gated_fork = [False]  # the forking thread took the gate in _hold_fork
+FORK_WAIT = 1.0   # the longest os.fork() waits for an import of ours to finish
+
+
+def gated(call, *args):
+    """call(*args), which imports modules, with os.fork() held off until it returns. A fork child
+    inherits a module another thread was importing half done, its lock held by a thread that does
+    not exist there, and hangs the first time it imports that module: so a fork waits for this
+    (docs/design.md#imports-in-background-threads). Keep call short: every fork may wait for it."""
+    with _gate[0]:
+        return call(*args)
+
+
+def _hold_fork():
+    _gated_fork[0] = _gate[0].acquire(timeout=FORK_WAIT)
+
+
+def _release_in_parent():
+    if _gated_fork[0]:
+        _gated_fork[0] = False
+        _gate[0].release()
+
+
+def _fresh_in_child():
+    _gated_fork[0] = False
+    _gate[0] = _thread.allocate_lock()  # the child has none of our threads to hold it
+
+
+# At import, so once per lineage: fork children inherit the registration with the module.
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_hold_fork, after_in_parent=_release_in_parent, after_in_child=_fresh_in_child)
 
 
 def forked():

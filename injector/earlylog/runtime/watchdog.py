@@ -33,6 +33,11 @@ def start(logger):
         threads.start("earlylog-watchdog", watchdog.run)
 
 
+def _sampler():
+    from earlylog.runtime import breadcrumbs
+    return breadcrumbs.Sampler()
+
+
 def _before_fork():
     # faulthandler's timer hangs the child forever if it is armed at fork time (see
     # docs/design.md#faulthandlers-timer-and-fork): cancel it here, re-arm in the parent below and in the child's own start().
@@ -173,12 +178,11 @@ class Watchdog:
                 self.dump("every %g s (EARLYLOG_DUMP_EVERY)" % self.every)
                 next_every = now + self.every
             if now >= next_mem:
-                from earlylog.runtime import breadcrumbs
-                memory = memory or breadcrumbs.Sampler()
+                memory = memory or threads.gated(_sampler)
                 text = memory.line()
                 if text:
                     self._quiet("mem", text)
-                next_mem = now + breadcrumbs.EVERY
+                next_mem = now + memory.every
 
     def _requested(self):
         """One system call a beat, no lock: taking the request away is the answer to it."""
@@ -210,19 +214,7 @@ class Watchdog:
         self.last_beat, self.cpu_at_beat = now, cpu
 
     def stall_dump(self, silence):
-        from earlylog.runtime import phases, stacks
-        shares, whole = stacks.cpu_shares()
-        phase = phases.describe(threads.main_ident()) or next(
-            (phases.describe(tid) for tid in phases.current()), "")
-        busy = whole >= 0.2
-        if busy:
-            state = "busy: CPU time still rising (%d%% of a core), computing rather than hung" % round(whole * 100)
-        else:
-            state = "blocked: no CPU used; each thread below says on what"
-        self._quiet("stall", "silent for %.0f s%s; %s; stacks in %s" % (
-            silence, " (phase %s)" % phase if phase else "", state, self.logger.path or "the console"),
-            console=True)
-        self.dump("stall after %.0f s of silence" % silence, shares)
+        busy = threads.gated(self._stall_lines, silence)
         # Reading native stacks stops every thread of the process: never a busy one (busy is not
         # stuck), and once per process, only where a thread blocked in C is worth the pause.
         if self.logger.config.native and not self.native_done and not busy:
@@ -235,8 +227,30 @@ class Watchdog:
             self.last_beat = time.monotonic()
             self.rearm_timer()
 
-    def dump(self, reason, shares=None):
-        """A `dump:` event: every Python thread but this one, with kernel state and frames."""
+    def _stall_lines(self, silence):
+        """The stall line and the dump; True when the process is busy (it imports: threads.gated)."""
+        from earlylog.runtime import phases, stacks
+        shares, whole = stacks.cpu_shares()
+        phase = phases.describe(threads.main_ident()) or next(
+            (phases.describe(tid) for tid in phases.current()), "")
+        busy = whole >= 0.2
+        if busy:
+            state = "busy: CPU time still rising (%d%% of a core), computing rather than hung" % round(whole * 100)
+        else:
+            state = "blocked: no CPU used; each thread below says on what"
+        self._quiet("stall", "silent for %.0f s%s; %s; stacks in %s" % (
+            silence, " (phase %s)" % phase if phase else "", state, self.logger.path or "the console"),
+            console=True)
+        self._dump("stall after %.0f s of silence" % silence, shares)
+        return busy
+
+    def dump(self, reason):
+        """A `dump:` event: every Python thread but this one, with kernel state and frames. It
+        imports the modules that read them (and they import socket, fcntl...) with fork held off:
+        docs/design.md#imports-in-background-threads."""
+        threads.gated(self._dump, reason)
+
+    def _dump(self, reason, shares=None):
         from earlylog.runtime import stacks
         if shares is None:
             shares = stacks.cpu_shares()[0]
