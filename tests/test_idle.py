@@ -30,6 +30,30 @@ PROGRAMS = {
                 await server.serve_forever()
         asyncio.run(main())
         """),
+    "forever_server": ("idle", """
+        import asyncio
+        async def main():
+            server = await asyncio.start_server(lambda reader, writer: None, "127.0.0.1", 0)
+            await asyncio.Future()  # serve until killed: the idiom of many servers' main()
+        asyncio.run(main())
+        """),
+    "until_stopped": ("idle", """
+        import asyncio
+        async def main():
+            stop = asyncio.Event()  # a signal handler would set it
+            server = await asyncio.start_server(lambda reader, writer: None, "127.0.0.1", 0)
+            await stop.wait()
+        asyncio.run(main())
+        """),
+    "server_asks": ("stalled", """
+        import asyncio
+        async def ask_backend():
+            return await asyncio.get_running_loop().create_future()  # a reply nobody sends
+        async def main():
+            server = await asyncio.start_server(lambda reader, writer: None, "127.0.0.1", 0)
+            await ask_backend()
+        asyncio.run(main())
+        """),
     "http_server": ("idle", """
         import http.server
         server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
@@ -104,7 +128,12 @@ def test_idle_programs_are_idle_and_waiting_ones_stuck(tmp_path, logdir):
     states = {p["tag"]: p["state"] for p in rep["processes"]}
     assert states == {name: state for name, (state, _) in PROGRAMS.items()}, rep["verdict"]
     procs = {p["tag"]: p for p in rep["processes"]}
-    assert procs["asyncio_server"]["idle"] == "waiting for work in an asyncio event loop"
+    assert procs["asyncio_server"]["idle"].startswith("waiting for connections in an asyncio server on 127.0.0.1:")
+    # A server's main() parked on a bare Future or an Event is serving; one awaiting a reply deeper
+    # down, beside the same server, is stuck.
+    assert procs["forever_server"]["idle"].startswith("waiting for connections in an asyncio server on 127.0.0.1:")
+    assert procs["until_stopped"]["idle"].startswith("waiting for connections in an asyncio server on ")
+    assert procs["server_asks"]["where"]["function"] == "ask_backend"
     assert procs["http_server"]["summary"].startswith("idle for ")
     assert "waiting for work in serve_forever, in <module> at http_server.py:4" in procs["http_server"]["summary"]
     assert procs["heartbeat"]["idle"].startswith("sleeping in <module>")
@@ -118,8 +147,8 @@ def test_idle_programs_are_idle_and_waiting_ones_stuck(tmp_path, logdir):
     assert "in fetch_weights at async_gather.py:4 (2 asyncio tasks await a Future there)" in \
         procs["async_gather"]["summary"]
     assert "in main > awaiting gather of 2 tasks" in read(os.path.join(logdir, procs["async_gather"]["files"][0]))
-    assert rep["verdict"][0] == "5 of 9 processes in trouble: 5 stuck"
-    assert procs["keepalive_server"]["idle"] == "waiting for work in an asyncio event loop"
+    assert rep["verdict"][0] == "6 of 12 processes in trouble: 6 stuck"
+    assert procs["keepalive_server"]["idle"].startswith("waiting for connections in an asyncio server on ")
     assert not any("_server" in line or "heartbeat" in line for line in rep["verdict"])
     assert "http_server idle" in text and "idle for" in text
 

@@ -38,7 +38,7 @@ _ASYNC_WORK = (("asyncio/base_events.py", "serve_forever"), ("asyncio/queues.py"
 _LOOP_PHASES = ("DataLoader worker ",)
 # Worker pools that retitle a worker with no task to run: the pool's own word that it waits for one.
 _IDLE_TITLES = ("ray::IDLE",)
-_TASKS = re.compile(r"^asyncio: (\d+) pending task")
+_TASKS = re.compile(r"^asyncio: (\d+) pending task.*?(?:; it serves (.+))?$")
 
 
 def reason(threads):
@@ -148,18 +148,31 @@ def _loop_tasks(t):
     """An event loop waits for work when each pending task is a library's own, or awaits a server,
     a queue, a sleep or a client's next request on a connection its server accepted; a task of the
     user's awaiting anything else (a reply) is stuck."""
-    counted = next((int(m.group(1)) for m in (_TASKS.match(n) for n in t.notes) if m), None)
+    m = next((m for m in (_TASKS.match(n) for n in t.notes) if m), None)
     chains = task_chains(t.notes)
-    if counted is None:
+    if m is None:
         return None if any(not library(f[0]) for f in t.frames) else "waiting for work in an asyncio event loop"
-    if counted > len(chains):
+    if int(m.group(1)) > len(chains):
         return None  # not every task was written: nothing can be said of the rest
+    serves = m.group(2)
     for _name, frames, awaiting in chains:
         if awaiting == SERVER_READ:
             continue  # a server's connection handler waiting for its client's next request
+        if serves and _parked(frames, awaiting):
+            continue  # `await asyncio.Future()` beside a server: serve until stopped
         if any(not library(path) for path, _line, _func in frames) and not any(
                 func == name and is_file(path, suffix) for path, _line, func in frames for suffix, name in _ASYNC_WORK):
             return None
+    if serves:
+        return "waiting for connections in an asyncio server on " + serves
     return "waiting for work in an asyncio event loop"
+
+
+def _parked(frames, awaiting):
+    """Does the task's own coroutine await, itself, a bare Future or an asyncio Event (`await
+    asyncio.Future()`, `await stop.wait()`)? Beside a server that is the idiom for "serve until
+    stopped". A Future awaited deeper, inside a helper or a library (a reply, a read), is not."""
+    return awaiting == "a Future" and bool(frames) and not library(frames[-1][0]) and all(
+        f[2] == "wait" and is_file(f[0], "asyncio/locks.py") for f in frames[:-1])
 
 

@@ -1,7 +1,7 @@
 """The rich stack dump: every thread's name, ids, daemon flag, kernel state, phase and frames,
 plus each pending asyncio task's await chain (`task NAME: FILE:LINE in CORO > ... > awaiting WHAT`,
-WHAT being `a Future`, `task NAME`, `gather of N tasks`, SERVER_READ or the object's repr). It only
-reads; it must never block or raise."""
+WHAT being `a Future`, `task NAME`, `gather of N tasks`, SERVER_READ or the object's repr) and the
+addresses the loop serves. It only reads; it must never block or raise."""
 import sys
 import time
 
@@ -91,10 +91,37 @@ def _asyncio_lines(frame):
         tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
     except RuntimeError:  # the task set changed while we read it; the next dump will have it
         return ["  asyncio: the task list changed while being read"]
-    out = ["  asyncio: %d pending task%s on this thread's event loop" % (len(tasks), "" if len(tasks) == 1 else "s")]
+    serving = _serving(loop)
+    out = ["  asyncio: %d pending task%s on this thread's event loop%s" % (
+        len(tasks), "" if len(tasks) == 1 else "s", "; it serves " + " ".join(serving) if serving else "")]
     for task in tasks[:50]:
         out.append("    task %s: %s" % (task.get_name(), " > ".join(await_chain(task.get_coro(), _waiter(task)))))
     return out
+
+
+def _serving(loop):
+    """The addresses this loop accepts connections on, read from its selector (asyncio keeps no
+    list of its servers): a listening socket's reader is the loop's own _accept_connection. A loop
+    with no stdlib selector (uvloop) says nothing."""
+    import asyncio
+    import selectors
+    selector = vars(loop).get("_selector")
+    if not isinstance(selector, selectors.BaseSelector) or type(selector).__module__ != "selectors":
+        return []
+    import socket
+    out = []
+    for key in list(selector.get_map().values())[:1000]:
+        reader = key.data[0] if type(key.data) is tuple and key.data else None
+        if type(reader) is not asyncio.Handle or getattr(reader._callback, "__name__", None) != "_accept_connection":
+            continue
+        sock = reader._args[1] if len(reader._args) > 1 else None  # (protocol_factory, sock, ...)
+        if type(sock) is socket.socket:
+            try:
+                name = sock.getsockname()
+            except OSError:
+                continue
+            out.append("%s:%s" % name[:2] if type(name) is tuple else str(name) or "a Unix socket")
+    return out[:8]
 
 
 def _waiter(task):
