@@ -300,6 +300,63 @@ def test_pool_whose_worker_was_killed_never_recovers(tmp_path, logdir):
     assert leads(text, cause)
 
 
+def test_pool_whose_forked_worker_crashed_never_recovers(tmp_path, logdir):
+    """A worker forked by the pool's own thread has no watchdog (it must end with that thread), so
+    its replacement only ever looks `running`: the kernel says it sleeps, and it computes nothing."""
+    path = script(tmp_path, """
+        import ctypes, multiprocessing as mp
+        def work(x):
+            if x == 3:
+                ctypes.string_at(0)  # a C extension crashing on one input
+            return x * x
+        if __name__ == "__main__":
+            with mp.get_context("fork").Pool(2) as pool:
+                print(pool.map(work, range(8)))
+        """, "squares.py")
+    proc = start([path], logdir, **QUIET)
+    try:
+        rep = wait_for(lambda: (lambda r: r if causes(r, "pool") else None)(report_json(logdir)))
+        text = earlylog("report", logdir).stdout
+    finally:
+        kill_tree(proc)
+    (dead,) = [p for p in rep["processes"] if p["state"] == "crashed"]
+    (cause,) = causes(rep, "pool")
+    assert cause["pids"] == [proc.pid, dead["pid"]]
+    assert "pool worker pid %d crashed at " % dead["pid"] in cause["text"]
+    assert "(Segmentation fault (SIGSEGV) in work at squares.py:5)" in cause["text"]
+    assert "ProcessPoolExecutor" in cause["next"] and leads(text, cause)
+
+
+def test_a_parent_waiting_for_a_child_that_crashed_names_it_and_what_to_do(tmp_path, logdir):
+    path = script(tmp_path, """
+        import ctypes, multiprocessing as mp, time
+        def convert(conn):
+            ctypes.string_at(0)  # dies before it sends anything
+        def watch():
+            while True:
+                time.sleep(0.2)
+        if __name__ == "__main__":
+            mp.Process(target=watch, daemon=True).start()  # still running: not a queue with no writer
+            ours, theirs = mp.Pipe()
+            mp.Process(target=convert, args=(theirs,)).start()
+            print(ours.recv())
+        """, "convert.py")
+    proc = start([path], logdir, **QUIET)
+    try:
+        def told():
+            rep = report_json(logdir)
+            return rep if any("which ended (crashed" in line for line in rep["verdict"]) else None
+        rep = wait_for(told)
+    finally:
+        kill_tree(proc)
+    (dead,) = [p for p in rep["processes"] if p["state"] == "crashed"]
+    (line,) = [line for line in rep["verdict"] if "which ended" in line]
+    assert line.startswith("pid %d (convert) waits in connection.recv for child %d" % (proc.pid, dead["pid"]))
+    assert "(crashed: Segmentation fault (SIGSEGV) in convert at convert.py:4)" in line
+    assert line.endswith("; next: fix what ended the child, and wait for its results with a timeout and a check "
+                         "of its exit status")
+
+
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_queue_read_whose_only_writer_died_names_its_error(tmp_path, logdir, method):
     path = script(tmp_path, """

@@ -155,11 +155,12 @@ def _pool(seen, told):
     if not lost or any(_computing(w) for w in workers):
         return None
     w = lost[0]
-    how = (w["crash"] or {}).get("what") or _LOST[w["state"]]
     when = time.strftime(" at %H:%M:%S", time.localtime(w["end"])) if w["end"] else ""
-    text = ("%s %s (%s) for results, but its pool worker pid %d %s%s%s, and no worker is computing: "
+    # "crashed at 11:15:49 (Segmentation fault (SIGSEGV) in work at squares.py:5)"
+    how = _LOST[w["state"]] + when + (" (%s)" % w["summary"].partition(": ")[2] if w["state"] == "crashed" else "")
+    text = ("%s %s (%s) for results, but its pool worker pid %d %s%s, and no worker is computing: "
             "multiprocessing.Pool never recovers the task a dead worker held, so this wait never ends" % (
-                seen.who, seen.waits, seen.at, w["pid"], how, when,
+                seen.who, seen.waits, seen.at, w["pid"], how,
                 " (%d workers lost)" % len(lost) if len(lost) > 1 else ""))
     why = "`dmesg -T | grep -i oom` on that host" if w["state"] == "vanished" else "its log"
     next_step = ("use concurrent.futures.ProcessPoolExecutor, which raises BrokenProcessPool when a worker dies, "
@@ -248,8 +249,11 @@ def _file_lock(seen, told):
 
 
 def _computing(w):
+    """A worker that may be working on a task: busy in its last dump, or running with no dump that
+    says otherwise, unless the kernel has it asleep (a worker forked by a pool's thread has no
+    watchdog of its own, so no dump ever calls it idle)."""
     main = (w["stall"] or {}).get("main") or {}
-    return w["state"] == "running" or (main.get("state") or "").startswith("busy")
+    return (w["state"] == "running" and w["kernel_state"] != "S") or (main.get("state") or "").startswith("busy")
 
 
 def _stdin(seen, told):

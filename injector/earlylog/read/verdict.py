@@ -67,7 +67,7 @@ def _process(p, now, here):
     d = {"host": p.host, "pid": p.pid, "ppid": p.ppid, "grandparent": p.grandparent, "tag": p.tag,
          "title": p.title, "rank": p.rank, "local_rank": p.place.get("local_rank"),
          "node_rank": p.place.get("node_rank"), "world_size": p.place.get("world_size"),
-         "job": p.place.get("job"), "command": p.argv, "idle": None, "checked_here": False, "killed_by": None,
+         "job": p.place.get("job"), "command": p.argv, "idle": None, "checked_here": False, "kernel_state": None, "killed_by": None,
          "still_starting": p.starting,
          "files": [os.path.basename(f) for f in p.files], "start": p.first, "last_seen": p.last,
          "end": None, "state": None, "status": p.exit_status, "summary": "", "where": None, "phase": None,
@@ -91,7 +91,7 @@ def _process(p, now, here):
     # pid cannot be told apart, so liveness then stays unknown.
     local = d["checked_here"] = (p.host is None or p.host == here) and p.first is not None
     ended = p.crash is not None or p.exit_status is not None or p.signal is not None
-    letter = _alive(p.pid, p.first) if local and not ended else None  # its kernel state, running here
+    letter = d["kernel_state"] = _alive(p.pid, p.first) if local and not ended else None  # running here
     if p.crash is not None:
         _crashed(d, p)
     elif p.exit_status is not None:
@@ -473,6 +473,12 @@ def _ranks(out, explained, stragglers):
     return ["; ".join(parts)] if parts else []
 
 
+# A parent waiting for a child that has ended: what it waits for from that child never comes (a
+# multiprocessing.Pool's lost task has a cause of its own).
+_ENDED_CHILD_NEXT = "; next: fix what ended the child, and wait for its results with a timeout and a check of " \
+                    "its exit status"
+
+
 def _parents(out, by_key, explained, stragglers, told):
     """A stalled parent whose child is in trouble waits for that child: say so, name the child,
     unless a cause already tells that pair. Of a parent that was stalled when it was stopped (a
@@ -501,7 +507,8 @@ def _parents(out, by_key, explained, stragglers, told):
             what = "had stalled in %s when they ended" % where(frame_tuple(kid["where"]))
         lines.append("pid %d (%s) %s%s for child %d (%s), which %s" % (
             d["pid"], d["tag"], "waits" if live else "had waited", " in " + call if call else "", kid["pid"],
-            kid["tag"], what) + ("" if len(bad) == 1 else " (and %d more in trouble)" % (len(bad) - 1)))
+            kid["tag"], what) + ("" if len(bad) == 1 else " (and %d more in trouble)" % (len(bad) - 1))
+            + (_ENDED_CHILD_NEXT if live and kid["state"] != "stalled" else ""))
     return lines
 
 
