@@ -59,6 +59,36 @@ PROGRAMS = {
         server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
         server.serve_forever()
         """),
+    "pause_server": ("idle", """
+        import http.server, signal, threading
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        signal.pause()  # serve until Ctrl-C
+        """),
+    "join_server": ("idle", """
+        import http.server, threading
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+        serving = threading.Thread(target=server.serve_forever)
+        serving.start()
+        serving.join()
+        """),
+    "event_server": ("idle", """
+        import http.server, threading
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        threading.Event().wait()  # a signal handler would set it
+        """),
+    "no_sentinel": ("stalled", """
+        import queue, threading
+        jobs = queue.Queue()
+        def consume():
+            while True:
+                jobs.get()
+        worker = threading.Thread(target=consume)
+        worker.start()
+        jobs.put(1)
+        worker.join()  # the worker is never told to stop: this program never ends
+        """),
     "heartbeat": ("idle", """
         import queue, threading, time
         jobs = queue.Queue()
@@ -147,7 +177,17 @@ def test_idle_programs_are_idle_and_waiting_ones_stuck(tmp_path, logdir):
     assert "in fetch_weights at async_gather.py:4 (2 asyncio tasks await a Future there)" in \
         procs["async_gather"]["summary"]
     assert "in main > awaiting gather of 2 tasks" in read(os.path.join(logdir, procs["async_gather"]["files"][0]))
-    assert rep["verdict"][0] == "6 of 12 processes in trouble: 6 stuck"
+    assert rep["verdict"][0] == "7 of 16 processes in trouble: 7 stuck"
+    # A main thread parked until Ctrl-C, on a stop event or in a join of its server's thread, while
+    # that thread serves, is a server waiting for requests; a join of a queue worker never told to
+    # stop is a program that never ends.
+    assert procs["pause_server"]["idle"] == "waiting for work in serve_forever in thread Thread-1 " \
+                                            "(serve_forever); the main thread waits for a signal (Ctrl-C)"
+    assert procs["join_server"]["idle"].endswith("; the main thread waits in a join of the server's thread "
+                                                 "Thread-1 (serve_forever)")
+    assert procs["event_server"]["idle"].endswith("; the main thread waits on an event (to stop)")
+    assert any(c["kind"] == "join" and "(no_sentinel): thread MainThread waits in join at no_sentinel.py:" in c["text"]
+               and "for thread Thread-1 (consume), which waits for queue `jobs`" in c["text"] for c in rep["causes"])
     assert procs["keepalive_server"]["idle"].startswith("waiting for connections in an asyncio server on ")
     assert not any("_server" in line or "heartbeat" in line for line in rep["verdict"])
     assert "http_server idle" in text and "idle for" in text

@@ -38,6 +38,8 @@ _ASYNC_WORK = (("asyncio/base_events.py", "serve_forever"), ("asyncio/queues.py"
 _LOOP_PHASES = ("DataLoader worker ",)
 # Worker pools that retitle a worker with no task to run: the pool's own word that it waits for one.
 _IDLE_TITLES = ("ray::IDLE",)
+# Words of _thread() that mean a server waiting for requests.
+_SERVING = ("serve_forever", "server")
 _TASKS = re.compile(r"^asyncio: (\d+) pending task.*?(?:; it serves (.+))?$")
 
 
@@ -57,9 +59,56 @@ def reason(threads):
     if not deciders and not mains:
         deciders = threads
     found = [_thread(t) for t in deciders]
-    if not found or not all(found):
-        return None
-    return found[0]
+    if found and all(found):
+        return found[0]
+    serving = _serving(threads)
+    parked = [_main_parked(t, threads) for t in mains]
+    if serving and found and parked and parked[0] and all(w or t.main for t, w in zip(deciders, found)):
+        return "%s; the main thread waits %s" % (serving, parked[0])
+    return None
+
+
+def serves(t):
+    """The words for thread t when it is a server waiting for requests (serve_forever, a gRPC or
+    asyncio server), else None."""
+    words = _thread(t)
+    return words if words and any(w in words for w in _SERVING) else None
+
+
+def _serving(threads):
+    """What the first serving thread does, in words, or None."""
+    for t in threads:
+        words = serves(t)
+        if words:
+            return "%s in thread %s" % (words, t.name) if not t.main else words
+    return None
+
+
+def _main_parked(t, threads):
+    """How a main thread waits while servers work in other threads, in words, or None: for a signal
+    (signal.pause(), sigwait: Ctrl-C), on a threading.Event at its top level (set to stop), or in a
+    join of the server's own thread. Beside a server these are how a program keeps serving; a join
+    of any other thread, or a wait deeper in the user's code, is a wait for something."""
+    users = [i for i, f in enumerate(t.frames) if not library(f[0])]
+    if not users or users[0] != len(t.frames) - 1 - _module_depth(t.frames):
+        return None  # not in the script's own top-level code
+    inner = t.frames[:users[0]]
+    kernel = " ".join(n for n in t.notes if n.startswith("blocked:"))
+    if not inner and "waiting for a signal" in kernel:
+        return "for a signal (Ctrl-C)"
+    if inner and all(is_file(f[0], "threading.py") for f in inner) and inner[-1][2] == "wait":
+        return "on an event (to stop)"
+    joined = next((n[len("joins: thread "):].rpartition(" (ident ")[2].rstrip(")") for n in t.notes
+                   if n.startswith("joins: thread ")), None)
+    target = next((o for o in threads if joined and o.ident == joined), None)
+    if target is not None and serves(target):
+        return "in a join of the server's thread %s" % target.name
+    return None
+
+
+def _module_depth(frames):
+    """How many library frames run the script's top-level code (runpy for -m, none for a file)."""
+    return sum(1 for f in frames if _entry(f))
 
 
 def _loop_phase(note):

@@ -11,7 +11,7 @@ import os
 import re
 import time
 
-from earlylog.read import frames
+from earlylog.read import frames, idle
 from earlylog.read.causes import Cause, first_line, label, secs
 
 # The runtime's notes under a thread in a dump (their grammar is in runtime/waits.py).
@@ -41,6 +41,7 @@ class _Thread:
         self.frames = raw.frames
         self.state = next((n for n in raw.notes if n.startswith(("blocked:", "busy:"))), None)
         self.wait = self.joins = None
+        self.serving = idle.serves(raw)  # a server waiting for requests: joining it is serving
         self.holders = []
         for note in raw.notes:
             m = _WAITS_FOR.match(note)
@@ -206,8 +207,8 @@ def _fork_copy(d, t, by_ident, parent):
 
 def _join(d, t, by_ident, in_cycle):
     target = by_ident.get(t.joins["ident"])
-    if target is None or target.busy or target.sleeping:
-        return []  # it ended, or it computes or idles in a sleep loop: joining it is waiting, not stuck
+    if target is None or target.busy or target.sleeping or target.serving:
+        return []  # it ended, computes, idles in a sleep loop or serves: joining it is waiting, not stuck
     if target.ident in in_cycle:
         now, step = "which is in the deadlock above", "end the deadlock above"
     else:

@@ -10,12 +10,12 @@ _CALLS = {
                35: "sleep", 230: "sleep", 202: "futex", 61: "wait", 247: "waitid",
                42: "connect", 43: "accept", 288: "accept", 44: "write", 46: "write",
                45: "read", 47: "read", 299: "read", 307: "write", 73: "flock", 72: "fcntl",
-               257: "open", 2: "open"},
+               257: "open", 2: "open", 34: "signal", 130: "signal", 128: "signal"},
     "aarch64": {63: "read", 64: "write", 65: "read", 66: "write", 67: "read", 68: "write",
                 72: "poll", 73: "poll", 22: "poll", 441: "poll", 101: "sleep", 115: "sleep",
                 98: "futex", 260: "wait", 95: "waitid", 203: "connect", 202: "accept", 242: "accept",
                 206: "write", 211: "write", 207: "read", 212: "read", 243: "read", 269: "write",
-                32: "flock", 25: "fcntl", 56: "open"},
+                32: "flock", 25: "fcntl", 56: "open", 133: "signal", 137: "signal"},
 }
 STATES = {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O", "T": "stopped",
            "t": "stopped by a debugger", "Z": "a zombie", "X": "dead", "I": "idle"}
@@ -113,6 +113,7 @@ def words(call):
         "flock": "waiting for a file lock",
         "fcntl": "waiting for a file lock (fcntl)",
         "open": "opening a file (a FIFO with no other end, or a slow filesystem)",
+        "signal": "waiting for a signal (signal.pause, sigwait)",
     }.get(call, "")
 
 
