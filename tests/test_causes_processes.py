@@ -357,6 +357,42 @@ def test_a_parent_waiting_for_a_child_that_crashed_names_it_and_what_to_do(tmp_p
                          "of its exit status")
 
 
+@pytest.mark.parametrize("how", ["queue-fork", "queue-spawn", "pipe-fork"])
+def test_joining_a_child_before_reading_what_it_sent_is_a_deadlock(tmp_path, logdir, how):
+    """multiprocessing's "joining processes that use queues" rule: a child that put more than a
+    pipe holds cannot end until it is read, and its parent joins it before reading."""
+    kind, method = how.split("-")
+    send = "q.put(b'x' * 10_000_000)" if kind == "queue" else "q.send(b'x' * 10_000_000)"
+    path = script(tmp_path, """
+        import multiprocessing as mp
+        def produce(q):
+            %s
+        if __name__ == "__main__":
+            ctx = mp.get_context("%s")
+            q = ctx.Queue() if "%s" == "queue" else None
+            ours, theirs = (None, q) if q is not None else ctx.Pipe()
+            p = ctx.Process(target=produce, args=(theirs,))
+            p.start()
+            p.join()
+            print(len(q.get() if q is not None else ours.recv()))
+        """ % (send, method, kind), "results.py")
+    proc = start([path], logdir, **QUIET)
+    try:
+        rep = wait_for(lambda: (lambda r: r if causes(r, "queue-join") else None)(report_json(logdir)))
+        text = earlylog("report", logdir).stdout
+    finally:
+        kill_tree(proc)
+    (cause,) = causes(rep, "queue-join")
+    (child,) = [p for p in rep["processes"] if p["pid"] != proc.pid and p["tag"] != "resource-tracker"]
+    assert cause["pids"] == [proc.pid, child["pid"]]
+    assert cause["text"].startswith("deadlock: pid %d (results) waits in process.join (<module> at results.py:11) "
+                                    "for child pid %d" % (proc.pid, child["pid"]))
+    assert ("queue's feeder thread (QueueFeederThread)" if kind == "queue" else "thread MainThread") in cause["text"]
+    assert cause["next"].startswith("read what the child sends before joining it: %s"
+                                    % ("`q.get()`" if kind == "queue" else "`conn.recv()`"))
+    assert leads(text, cause) and " join " not in " ".join(c["kind"] for c in rep["causes"])
+
+
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_queue_read_whose_only_writer_died_names_its_error(tmp_path, logdir, method):
     path = script(tmp_path, """

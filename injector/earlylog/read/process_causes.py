@@ -23,6 +23,7 @@ _HELD_OPEN = re.compile(r"; its (stdout pipe is|stderr pipe is|stdout and stderr
                         r"(.*?)(?=; its |$)")
 _FILE_LOCK = re.compile(r"^(?P<path>.+) \((?P<how>flock|fcntl|filelock)\); (?P<who>.*)$")
 _SOCKET = re.compile(r"^fd \d+ (\w+), TCP (\S+) -> (\S+), (\w+), (client|server)(?:; (.*))?$")
+_FULL = re.compile(r"full \((\d+ of \d+ bytes)\)")
 _HOLDER = re.compile(r"pid (\d+) \((.*?)\)(?:, |$| \()")
 _LOST = {"vanished": "vanished (no exit record: SIGKILL, or the kernel's OOM killer)",
          "killed": "was killed by a signal", "crashed": "crashed", "failed": "exited with an error"}
@@ -36,7 +37,7 @@ def find(report, folder):
     procs = {(d["host"], d["pid"]): d for d in report["processes"]}
     stuck = [d for d in report["processes"] if d["stall"] is not None and d["state"] == "stalled"]
     found, told = [], set()
-    for finder in (_stdin, _pipe_deadlock, _pipe_held, _pool, _child_died, _shared_lock, _network, _file_lock,
+    for finder in (_stdin, _pipe_deadlock, _queue_join, _pipe_held, _pool, _child_died, _shared_lock, _network, _file_lock,
                    _full_stream, _child_wait):
         for d in stuck:
             for t in d["stall"]["threads"]:
@@ -133,6 +134,37 @@ def _pipe_deadlock(seen, told):
                          "then waits), or `proc.stdin.close()` before `proc.wait()`; or start it with "
                          "`stdin=subprocess.DEVNULL`")
             return seen.cause("pipe-deadlock", text, next_step, [me, pid])
+    return None
+
+
+def _queue_join(seen, told):
+    """A parent waiting for a child to exit while a thread of the child is blocked writing to a full
+    pipe that the parent holds the other end of: the feeder thread of a multiprocessing Queue (or
+    Pipe) whose data the parent would read only after the child ends, and a child does not end
+    before its queue is flushed."""
+    for pid, command, _state, _words, _rest in seen.children():
+        child = seen.proc(pid)
+        if child is None or child["stall"] is None or frozenset((seen.d["pid"], pid)) in told:
+            continue
+        for t in child["stall"]["threads"]:
+            pipe = next((n for n in t.get("notes") or [] if n.startswith("pipe: ") and ", full (" in n), None)
+            if pipe is None or not any(n.startswith("blocked: writing to fd") for n in t.get("notes") or []):
+                continue
+            _fd, _, rest = pipe.partition("; ")
+            if seen.d["pid"] not in [p for p, _c in _holders(seen, rest)]:
+                continue
+            feeder = any(is_file(f["file"], "multiprocessing/queues.py") for f in t["frames"])
+            fill = _FULL.search(pipe)
+            text = ("deadlock: %s %s (%s) for child pid %d (%s) to end, and the child cannot end: its %s is "
+                    "blocked sending into a full pipe (%s) that pid %d reads, and not while it waits" % (
+                        seen.who, seen.waits, seen.at, pid, child["tag"],
+                        "queue's feeder thread (%s)" % t["name"] if feeder else "thread %s" % t["name"],
+                        fill.group(1) if fill else "full", seen.d["pid"]))
+            next_step = ("read what the child sends before joining it: %s, then `p.join()`%s" % (
+                "`q.get()` everything it puts" if feeder else "`conn.recv()` everything it sends",
+                " (a process that put data on a multiprocessing Queue ends only once that data is in the pipe)"
+                if feeder else ""))
+            return seen.cause("queue-join", text, next_step, [seen.d["pid"], pid])
     return None
 
 

@@ -112,7 +112,7 @@ def _stalled(d, p, parent):
     for t in threads:
         if t.wait and t.wait["kind"] in _LOCKS and t.ident not in in_cycle and not t.busy:
             out += (p.forked and _fork_copy(d, t, by_ident, parent)) or _lock(d, t, by_ident)
-        if t.joins and not t.busy:
+        if t.joins and not t.busy and not _flush_for_parent(d, t, by_ident, parent):
             out += _join(d, t, by_ident, in_cycle)
     return out + _shutdown(d, threads) + _deaths(d, p, threads)
 
@@ -203,6 +203,17 @@ def _fork_copy(d, t, by_ident, parent):
                   "start the child with the 'spawn' or 'forkserver' method (multiprocessing.get_context('spawn'), "
                   "DataLoader(multiprocessing_context='spawn')), or fork before starting threads",
                   [d["pid"], d["ppid"]], [t.name])]
+
+
+def _flush_for_parent(d, t, by_ident, parent):
+    """Does t wait for its multiprocessing Queue's feeder thread to flush into a pipe, while the
+    parent waits for this process to end? The parent's queue-join cause tells that deadlock whole."""
+    target = by_ident.get(t.joins["ident"])
+    if target is None or not any(f[2] == "_feed" and frames.is_file(f[0], "multiprocessing/queues.py")
+                                 for f in target.frames):
+        return False
+    stall = parent.stall if parent is not None else None
+    return bool(stall) and any(n.startswith("child: pid %d " % d["pid"]) for pt in stall["threads"] for n in pt.notes)
 
 
 def _join(d, t, by_ident, in_cycle):
