@@ -33,6 +33,12 @@ def start(logger):
         threads.start("earlylog-watchdog", watchdog.run)
 
 
+def _stacks():
+    """The stacks module (with kstate, which its CPU sample reads with), imported under threads.gated."""
+    from earlylog.runtime import stacks
+    return stacks
+
+
 def _sampler():
     from earlylog.runtime import breadcrumbs
     return breadcrumbs.Sampler()
@@ -214,7 +220,10 @@ class Watchdog:
         self.last_beat, self.cpu_at_beat = now, cpu
 
     def stall_dump(self, silence):
-        busy = threads.gated(self._stall_lines, silence)
+        # The CPU sample sleeps SAMPLE seconds: outside the gate, so no fork waits for it.
+        shares, whole = threads.gated(_stacks).cpu_shares()
+        busy = whole >= 0.2
+        threads.gated(self._stall_lines, silence, shares, whole)
         # Reading native stacks stops every thread of the process: never a busy one (busy is not
         # stuck), and once per process, only where a thread blocked in C is worth the pause.
         if self.logger.config.native and not self.native_done and not busy:
@@ -227,14 +236,12 @@ class Watchdog:
             self.last_beat = time.monotonic()
             self.rearm_timer()
 
-    def _stall_lines(self, silence):
-        """The stall line and the dump; True when the process is busy (it imports: threads.gated)."""
-        from earlylog.runtime import phases, stacks
-        shares, whole = stacks.cpu_shares()
+    def _stall_lines(self, silence, shares, whole):
+        """The stall line and the dump (they import as they go: run under threads.gated)."""
+        from earlylog.runtime import phases
         phase = phases.describe(threads.main_ident()) or next(
             (phases.describe(tid) for tid in phases.current()), "")
-        busy = whole >= 0.2
-        if busy:
+        if whole >= 0.2:
             state = "busy: CPU time still rising (%d%% of a core), computing rather than hung" % round(whole * 100)
         else:
             state = "blocked: no CPU used; each thread below says on what"
@@ -242,18 +249,16 @@ class Watchdog:
             silence, " (phase %s)" % phase if phase else "", state, self.logger.path or "the console"),
             console=True)
         self._dump("stall after %.0f s of silence" % silence, shares)
-        return busy
 
     def dump(self, reason):
-        """A `dump:` event: every Python thread but this one, with kernel state and frames. It
-        imports the modules that read them (and they import socket, fcntl...) with fork held off:
-        docs/design.md#imports-in-background-threads."""
-        threads.gated(self._dump, reason)
+        """A `dump:` event: every Python thread but this one, with kernel state and frames. The
+        modules that read them import as they go (socket, fcntl, ast...), so it runs with fork held
+        off (docs/design.md#imports-in-background-threads); the CPU sample before it does not."""
+        shares = threads.gated(_stacks).cpu_shares()[0]
+        threads.gated(self._dump, reason, shares)
 
-    def _dump(self, reason, shares=None):
+    def _dump(self, reason, shares):
         from earlylog.runtime import stacks
-        if shares is None:
-            shares = stacks.cpu_shares()[0]
         self._note_title()
         more, count = stacks.lines(shares, skip_ident=_thread.get_ident())
         self._quiet("dump", "%s (%d thread%s)" % (reason, count, "" if count == 1 else "s"), more)
