@@ -56,6 +56,16 @@ def children(pid):
         return [int(c) for c in f.read().split()]
 
 
+def reported(proc, logdir, kind):
+    """(JSON report, text report) once the report names a cause of this kind; then the process's
+    whole tree is killed."""
+    try:
+        rep = wait_for(lambda: (lambda r: r if causes(r, kind) else None)(report_json(logdir)))
+        return rep, earlylog("report", logdir).stdout
+    finally:
+        kill_tree(proc)
+
+
 def leads(text, cause):
     """The text report gives the cause and its next step right after its headline (numbers aside:
     the text is read a moment after the JSON, when a newer dump may count more seconds or SYNs)."""
@@ -272,59 +282,37 @@ def test_socket_with_no_answer_names_the_peer_and_how_long(tmp_path, logdir, ser
     assert leads(text, cause)
 
 
-def test_pool_whose_worker_was_killed_never_recovers(tmp_path, logdir):
+@pytest.mark.parametrize("how", ["killed-spawn", "crashed-fork"])
+def test_pool_whose_worker_died_never_recovers(tmp_path, logdir, how):
+    """A worker SIGKILLed (as the OOM killer does) or crashed in C. A forking pool starts its
+    replacement workers from its own thread, with no watchdog (a process forked by a thread other
+    than main must end with it): they only ever look `running`, and the kernel says they sleep."""
+    death, method = how.split("-")
+    die = "os.kill(os.getpid(), signal.SIGKILL)" if death == "killed" else "ctypes.string_at(0)"
     path = script(tmp_path, """
-        import multiprocessing as mp, os, signal
+        import ctypes, multiprocessing as mp, os, signal
         def work(x):
             if x == 3:
-                os.kill(os.getpid(), signal.SIGKILL)
+                %s
             return x * x
         def main():
-            with mp.get_context("spawn").Pool(2) as pool:
+            with mp.get_context("%s").Pool(2) as pool:
                 return pool.map(work, range(8))
         if __name__ == "__main__":
             print(main())
-        """, "squares.py")
+        """ % (die, method), "squares.py")
     proc = start([path], logdir, **QUIET)
-    try:
-        rep = wait_for(lambda: (lambda r: r if causes(r, "pool") else None)(report_json(logdir)))
-        text = earlylog("report", logdir).stdout
-    finally:
-        kill_tree(proc)
-    (dead,) = [p for p in rep["processes"] if p["state"] == "vanished"]
+    rep, text = reported(proc, logdir, "pool")
+    (dead,) = [p for p in rep["processes"] if p["state"] == ("vanished" if death == "killed" else "crashed")]
     (cause,) = causes(rep, "pool")
     assert cause["pids"] == [proc.pid, dead["pid"]]
     assert "main at squares.py:9" in cause["text"] and "pool.map" in cause["text"]
     assert "never" in cause["text"]
+    if death == "crashed":
+        assert "pool worker pid %d crashed at " % dead["pid"] in cause["text"]
+        assert "(Segmentation fault (SIGSEGV) in work at squares.py:5)" in cause["text"]
     assert "ProcessPoolExecutor" in cause["next"] and "BrokenProcessPool" in cause["next"]
     assert leads(text, cause)
-
-
-def test_pool_whose_forked_worker_crashed_never_recovers(tmp_path, logdir):
-    """A worker forked by the pool's own thread has no watchdog (it must end with that thread), so
-    its replacement only ever looks `running`: the kernel says it sleeps, and it computes nothing."""
-    path = script(tmp_path, """
-        import ctypes, multiprocessing as mp
-        def work(x):
-            if x == 3:
-                ctypes.string_at(0)  # a C extension crashing on one input
-            return x * x
-        if __name__ == "__main__":
-            with mp.get_context("fork").Pool(2) as pool:
-                print(pool.map(work, range(8)))
-        """, "squares.py")
-    proc = start([path], logdir, **QUIET)
-    try:
-        rep = wait_for(lambda: (lambda r: r if causes(r, "pool") else None)(report_json(logdir)))
-        text = earlylog("report", logdir).stdout
-    finally:
-        kill_tree(proc)
-    (dead,) = [p for p in rep["processes"] if p["state"] == "crashed"]
-    (cause,) = causes(rep, "pool")
-    assert cause["pids"] == [proc.pid, dead["pid"]]
-    assert "pool worker pid %d crashed at " % dead["pid"] in cause["text"]
-    assert "(Segmentation fault (SIGSEGV) in work at squares.py:5)" in cause["text"]
-    assert "ProcessPoolExecutor" in cause["next"] and leads(text, cause)
 
 
 def test_a_parent_waiting_for_a_child_that_crashed_names_it_and_what_to_do(tmp_path, logdir):
@@ -377,11 +365,7 @@ def test_joining_a_child_before_reading_what_it_sent_is_a_deadlock(tmp_path, log
             print(len(q.get() if q is not None else ours.recv()))
         """ % (send, method, kind), "results.py")
     proc = start([path], logdir, **QUIET)
-    try:
-        rep = wait_for(lambda: (lambda r: r if causes(r, "queue-join") else None)(report_json(logdir)))
-        text = earlylog("report", logdir).stdout
-    finally:
-        kill_tree(proc)
+    rep, text = reported(proc, logdir, "queue-join")
     (cause,) = causes(rep, "queue-join")
     (child,) = [p for p in rep["processes"] if p["pid"] != proc.pid and p["tag"] != "resource-tracker"]
     assert cause["pids"] == [proc.pid, child["pid"]]
@@ -408,11 +392,7 @@ def test_queue_read_whose_only_writer_died_names_its_error(tmp_path, logdir, met
             print(main())
         """, "mpq.py")
     proc = start([path, method], logdir, **QUIET)
-    try:
-        rep = wait_for(lambda: (lambda r: r if causes(r, "child-died") else None)(report_json(logdir)))
-        text = earlylog("report", logdir).stdout
-    finally:
-        kill_tree(proc)
+    rep, text = reported(proc, logdir, "child-died")
     (child,) = [p for p in rep["processes"] if p["ppid"] == proc.pid and p["tag"] not in ("resource-tracker",)]
     assert child["state"] == "failed" and child["status"] == 1
     assert child["exception"]["text"] == "RuntimeError: tokenizer file missing" and child["exception"]["printed"]
