@@ -1,8 +1,10 @@
 """Issue 6, `earlylog tail`: the lines of every process of a run, merged in time order with a process
 tag, from text and JSON logs alike; -f follows new lines and processes that start later."""
+import json
 import os
 import signal
 import subprocess
+import time
 
 from support import PYTHON, TIMEOUT, clean_env, read, run_python, wait_for, wait_log
 
@@ -47,6 +49,18 @@ def test_a_line_a_thread_wrote_late_is_shown_at_its_time(logdir):
                          capture_output=True, text=True, timeout=TIMEOUT).stdout.splitlines()
     assert [line.split(" mark: ")[1] for line in out if " mark: " in line] == ["m1", "m2", "m3"]
     assert sorted(out, key=lambda line: line[:12]) == out
+
+
+def test_json_lines_stamp_the_same_millisecond_their_time_shows(logdir):
+    """`ts` and `time` of a JSON line are one moment: a tail that merges JSON and text logs, and any
+    other reader, must not see a line a millisecond later than it says (ts was rounded, time cut)."""
+    res = run_python("import earlylog\nfor i in range(200):\n    earlylog.log('m%d' % i)", logdir=logdir,
+                     env={"EARLYLOG_FORMAT": "json"})
+    lines = [json.loads(line) for line in res.text().splitlines()]
+    assert len(lines) > 200
+    for line in lines:
+        assert time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(int(line["ts"]))) == line["time"][:19]
+        assert "%03d" % (round(line["ts"] * 1000) % 1000) == line["time"][20:23], line
 
 
 def test_follow_shows_processes_that_start_later(tmp_path, logdir):

@@ -30,7 +30,7 @@ class Source:
         self.path, self.clock, self.here = path, clock, here
         self.pos = 0
         self.partial = b""
-        self.when = 0.0
+        self.when = 0  # whole milliseconds of the last line that had a time
         self.who = self.stamp = ""  # the last line's "pid tag" and time: raw faulthandler lines get them
         self.hosts = {}
         self.ours = None       # unknown until a line parses (or PROBE_LINES do not)
@@ -72,7 +72,7 @@ class Source:
         self.ours = True
         when = self.clock(rec)
         if when is not None:
-            self.when = when
+            self.when = round(when * 1000)  # whole milliseconds, as text lines show them: JSON's ts ties with them
         self.stamp = rec["time"][11:]
         host = rec.get("host")
         if host is None:

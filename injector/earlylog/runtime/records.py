@@ -46,7 +46,9 @@ def format_lines(fmt, now, pid, tag, host, kind, text, more=()):
     """One event (and its continuation lines) as one string ready for a single write()."""
     if fmt == "json":
         import json
-        base = {"ts": round(now, 3), "time": clock(now), "pid": pid, "tag": tag, "host": host}
+        # ts is cut to the millisecond as time is (not rounded): a reader merging text and JSON
+        # logs must not see one moment as two.
+        base = {"ts": int(now * 1000) / 1000.0, "time": clock(now), "pid": pid, "tag": tag, "host": host}
         return "".join(json.dumps(dict(base, kind=k, msg=cut(m)), ensure_ascii=False) + "\n"
                        for k, m in [(kind, text)] + [("|", line) for line in more])
     messages = ["%s: %s" % (kind, text)] + [CONTINUATION + line for line in more]
