@@ -11,7 +11,7 @@ _natives = {}  # ident -> kernel tid, for ours and the main thread (threading ma
 _main = [None]  # ident of the thread that ran boot: the main thread, or the forking one in a child
 _alone = [False]  # this process must never get another thread: see forked()
 _gate = [_thread.allocate_lock()]  # held by a thread of ours while it imports: see gated()
-_gated_fork = [False]  # the forking thread took the gate in _hold_fork
+_fork_holder = [None]  # ident of the forking thread that took the gate in _hold_fork
 FORK_WAIT = 1.0   # the longest os.fork() waits for an import of ours to finish
 
 
@@ -25,17 +25,20 @@ def gated(call, *args):
 
 
 def _hold_fork():
-    _gated_fork[0] = _gate[0].acquire(timeout=FORK_WAIT)
+    # Two threads may fork at once, and one may give up waiting while the other holds the gate: the
+    # holder's ident, not a flag, says who releases it.
+    if _gate[0].acquire(timeout=FORK_WAIT):
+        _fork_holder[0] = _thread.get_ident()
 
 
 def _release_in_parent():
-    if _gated_fork[0]:
-        _gated_fork[0] = False
+    if _fork_holder[0] == _thread.get_ident():
+        _fork_holder[0] = None
         _gate[0].release()
 
 
 def _fresh_in_child():
-    _gated_fork[0] = False
+    _fork_holder[0] = None
     _gate[0] = _thread.allocate_lock()  # the child has none of our threads to hold it
 
 
