@@ -1,5 +1,6 @@
 """Frames as the reader shows them: which are the user's own, which library call the user's code
-is inside, `func at file.py:12`, and the await chains of a thread's pending asyncio tasks. Frames
+is inside, `func at file.py:12`, the await chains of a thread's pending asyncio tasks and the thread
+a join waits for. Frames
 are (path, line, function) tuples, innermost first. Pure functions of their arguments; they never
 read files or raise on odd paths."""
 import os
@@ -9,6 +10,7 @@ _LIBRARY = re.compile(r"/(?:site|dist)-packages/|/lib/python\d|^<frozen")
 _WRAPPERS = ("wrapper", "inner", "marked", "decorate_context", "_fn", "__call__")
 _TASK = re.compile(r"^task (\S+): (.*)$")  # `task NAME: FILE:LINE in CORO > ... > awaiting WHAT`
 _CHAIN_FRAME = re.compile(r"^(.*):(\d+) in (\S+)$")
+_JOINS = re.compile(r"^joins: thread (?P<name>.+?) \(ident (?P<ident>0x[0-9a-f]+)\)$")
 
 
 def library(path):
@@ -73,6 +75,12 @@ def task_chains(notes):
         chain = [(f.group(1), int(f.group(2)), f.group(3)) for f in map(_CHAIN_FRAME.match, parts) if f]
         out.append((m.group(1), chain[::-1], awaiting))
     return out
+
+
+def joined(notes):
+    """{'name', 'ident'} of the thread a dumped thread waits for in join(), from its `joins:` note;
+    None when it joins none."""
+    return next((m.groupdict() for m in map(_JOINS.match, notes) if m), None)
 
 
 def in_event_loop(frames):

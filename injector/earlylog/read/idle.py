@@ -5,7 +5,7 @@ thread (docs/design.md#idle-is-not-stuck). It only judges, and must never call i
 waits inside a task of the user's: for a reply, a lock, a child or a peer."""
 import re
 
-from earlylog.read.frames import in_event_loop, is_file, library, task_chains
+from earlylog.read.frames import in_event_loop, is_file, joined, library, task_chains
 from earlylog.runtime.stacks import SERVER_READ
 
 # Library frames that may call the user's code without making it a task: the interpreter running a
@@ -62,9 +62,9 @@ def reason(threads):
     if found and all(found):
         return found[0]
     serving = _serving(threads)
-    parked = [_main_parked(t, threads) for t in mains]
-    if serving and found and parked and parked[0] and all(w or t.main for t, w in zip(deciders, found)):
-        return "%s; the main thread waits %s" % (serving, parked[0])
+    parked = _main_parked(mains[0], threads) if serving and mains else None
+    if parked and found and all(w or t.main for t, w in zip(deciders, found)):
+        return "%s; the main thread waits %s" % (serving, parked)
     return None
 
 
@@ -93,14 +93,12 @@ def _main_parked(t, threads):
     if not users or users[0] != len(t.frames) - 1 - _module_depth(t.frames):
         return None  # not in the script's own top-level code
     inner = t.frames[:users[0]]
-    kernel = " ".join(n for n in t.notes if n.startswith("blocked:"))
-    if not inner and "waiting for a signal" in kernel:
+    if not inner and "waiting for a signal" in _kernel(t):
         return "for a signal (Ctrl-C)"
     if inner and all(is_file(f[0], "threading.py") for f in inner) and inner[-1][2] == "wait":
         return "on an event (to stop)"
-    joined = next((n[len("joins: thread "):].rpartition(" (ident ")[2].rstrip(")") for n in t.notes
-                   if n.startswith("joins: thread ")), None)
-    target = next((o for o in threads if joined and o.ident == joined), None)
+    join = joined(t.notes)
+    target = next((o for o in threads if join and o.ident == join["ident"]), None)
     if target is not None and serves(target):
         return "in a join of the server's thread %s" % target.name
     return None
@@ -138,7 +136,7 @@ def _thread(t):
             words = check(frame, frames, t)
             if words and all(_plumbing(f[0]) for f in inner[:i]):
                 return words
-    kernel = " ".join(n for n in t.notes if n.startswith("blocked:"))
+    kernel = _kernel(t)
     path, _line, func = frames[0]
     if "time.sleep" in kernel and (not library(path) or _library_loop(t)):
         return "sleeping in %s (a loop that waits between rounds)" % func
@@ -147,6 +145,11 @@ def _thread(t):
     if "select/poll" in kernel and in_event_loop(frames):
         return _loop_tasks(t)
     return None
+
+
+def _kernel(t):
+    """The kernel's words for what the thread is blocked in (`blocked: ...` notes), or ''."""
+    return " ".join(n for n in t.notes if n.startswith("blocked:"))
 
 
 def _busy(t):

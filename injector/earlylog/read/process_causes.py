@@ -37,8 +37,8 @@ def find(report, folder):
     procs = {(d["host"], d["pid"]): d for d in report["processes"]}
     stuck = [d for d in report["processes"] if d["stall"] is not None and d["state"] == "stalled"]
     found, told = [], set()
-    for finder in (_stdin, _pipe_deadlock, _queue_join, _pipe_held, _pool, _child_died, _shared_lock, _network, _file_lock,
-                   _full_stream, _child_wait):
+    for finder in (_stdin, _pipe_deadlock, _queue_join, _pipe_held, _pool, _child_died, _shared_lock, _network,
+                   _file_lock, _full_stream, _child_wait):
         for d in stuck:
             for t in d["stall"]["threads"]:
                 cause = finder(_Seen(d, t, procs, folder), told)
@@ -147,19 +147,18 @@ def _queue_join(seen, told):
         if child is None or child["stall"] is None or frozenset((seen.d["pid"], pid)) in told:
             continue
         for t in child["stall"]["threads"]:
-            pipe = next((n for n in t.get("notes") or [] if n.startswith("pipe: ") and ", full (" in n), None)
-            if pipe is None or not any(n.startswith("blocked: writing to fd") for n in t.get("notes") or []):
+            notes = t.get("notes") or []
+            pipe = next((n for n in notes if n.startswith("pipe: ") and _FULL.search(n)), None)
+            if pipe is None or not any(n.startswith("blocked: writing to fd") for n in notes):
                 continue
-            _fd, _, rest = pipe.partition("; ")
-            if seen.d["pid"] not in [p for p, _c in _holders(seen, rest)]:
+            if seen.d["pid"] not in [p for p, _c in _holders(seen, pipe.partition("; ")[2])]:
                 continue
             feeder = any(is_file(f["file"], "multiprocessing/queues.py") for f in t["frames"])
-            fill = _FULL.search(pipe)
             text = ("deadlock: %s %s (%s) for child pid %d (%s) to end, and the child cannot end: its %s is "
                     "blocked sending into a full pipe (%s) that pid %d reads, and not while it waits" % (
                         seen.who, seen.waits, seen.at, pid, child["tag"],
                         "queue's feeder thread (%s)" % t["name"] if feeder else "thread %s" % t["name"],
-                        fill.group(1) if fill else "full", seen.d["pid"]))
+                        _FULL.search(pipe).group(1), seen.d["pid"]))
             next_step = ("read what the child sends before joining it: %s, then `p.join()`%s" % (
                 "`q.get()` everything it puts" if feeder else "`conn.recv()` everything it sends",
                 " (a process that put data on a multiprocessing Queue ends only once that data is in the pipe)"

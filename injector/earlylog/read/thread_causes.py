@@ -21,7 +21,6 @@ _HELD_BY = re.compile(r"^held by: (?:thread (?P<name>.+?) \(ident (?P<ident>0x[0
                       r"itself)|a thread no longer running \(ident (?P<gone>0x[0-9a-f]+)\)|an unknown thread)"
                       r"(?:; (?P<how>with block|acquire\(\)) at (?P<file>.+):(?P<line>\d+) in (?P<func>\S+?)"
                       r"(?:, not released since)?)?$")
-_JOINS = re.compile(r"^joins: thread (?P<name>.+?) \(ident (?P<ident>0x[0-9a-f]+)\)$")
 _MODULE = re.compile(r"/(?:site|dist)-packages/(.+)\.py$|/lib/python\d[\d.]*/(.+)\.py$")
 _LOCKS = ("lock", "semaphore")
 _POOL_WORKER = re.compile(r"^(.+)_\d+$")  # ThreadPoolExecutor's thread names: `PREFIX_N`
@@ -40,7 +39,8 @@ class _Thread:
         self.name, self.ident, self.main, self.daemon = raw.name, raw.ident, raw.main, raw.daemon
         self.frames = raw.frames
         self.state = next((n for n in raw.notes if n.startswith(("blocked:", "busy:"))), None)
-        self.wait = self.joins = None
+        self.wait = None
+        self.joins = frames.joined(raw.notes)
         self.serving = idle.serves(raw)  # a server waiting for requests: joining it is serving
         self.holders = []
         for note in raw.notes:
@@ -51,10 +51,6 @@ class _Thread:
             m = _HELD_BY.match(note)
             if m:
                 self.holders.append(m.groupdict())
-                continue
-            m = _JOINS.match(note)
-            if m:
-                self.joins = m.groupdict()
 
     @property
     def busy(self):

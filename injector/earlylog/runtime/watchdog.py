@@ -223,7 +223,7 @@ class Watchdog:
         # The CPU sample sleeps SAMPLE seconds: outside the gate, so no fork waits for it.
         shares, whole = threads.gated(_stacks).cpu_shares()
         busy = whole >= 0.2
-        threads.gated(self._stall_lines, silence, shares, whole)
+        threads.gated(self._stall_lines, silence, shares, whole, busy)
         # Reading native stacks stops every thread of the process: never a busy one (busy is not
         # stuck), and once per process, only where a thread blocked in C is worth the pause.
         if self.logger.config.native and not self.native_done and not busy:
@@ -236,12 +236,12 @@ class Watchdog:
             self.last_beat = time.monotonic()
             self.rearm_timer()
 
-    def _stall_lines(self, silence, shares, whole):
+    def _stall_lines(self, silence, shares, whole, busy):
         """The stall line and the dump (they import as they go: run under threads.gated)."""
         from earlylog.runtime import phases
         phase = phases.describe(threads.main_ident()) or next(
             (phases.describe(tid) for tid in phases.current()), "")
-        if whole >= 0.2:
+        if busy:
             state = "busy: CPU time still rising (%d%% of a core), computing rather than hung" % round(whole * 100)
         else:
             state = "blocked: no CPU used; each thread below says on what"
