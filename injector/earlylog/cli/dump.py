@@ -8,10 +8,10 @@ import re
 import time
 
 from earlylog.read import files
-from earlylog.runtime import records, watchdog
+from earlylog.runtime import fault, records
 from earlylog.cli.errors import CliError
 
-WAIT = watchdog.BEAT_MAX + 2.0  # one beat, the dump's CPU sample, and a loaded machine
+WAIT = fault.BEAT_MAX + 2.0  # one beat, the dump's CPU sample, and a loaded machine
 _OFFER = re.compile(r"`earlylog dump (\d+)` writes them now")
 
 
@@ -52,7 +52,7 @@ def main(args):
 
 def _request(pid, path):
     """The request file in the log's own folder, where the process's watchdog looks for it."""
-    return os.path.join(os.path.dirname(os.path.abspath(path)), watchdog.REQUEST % pid)
+    return os.path.join(os.path.dirname(os.path.abspath(path)), fault.REQUEST % pid)
 
 
 def _withdraw(request):

@@ -29,9 +29,33 @@ PROBES_AFTER = 0.1  # seconds into the process
 
 def _features():
     """The optional features, in order; each module's start(logger) sits in its own try."""
-    from earlylog.runtime import hooks, imports, stdio, watchdog
-    return (("stdio", stdio.start), ("hooks", hooks.start), ("watchdog", watchdog.start),
+    from earlylog.runtime import hooks, imports, stdio
+    return (("stdio", stdio.start), ("hooks", hooks.start), ("watchdog", _watchdog),
             ("imports", imports.start), ("probes", _probes_soon))
+
+
+def _watchdog(logger):
+    """faulthandler is aimed at the log now, from the main thread; the watchdog thread loads its
+    own module (docs/design.md#the-watchdog-loads-in-its-thread)."""
+    from earlylog.runtime import fault, threads
+    armed = fault.start(logger)
+    if armed.threaded:
+        threads.start("earlylog-watchdog", _watch, armed)
+
+
+def _watch(armed):
+    from earlylog.runtime import threads
+    try:
+        watchdog = threads.gated(_watchdog_module)
+    except BaseException as exc:
+        _failed("watchdog", exc)
+        return
+    watchdog.Watchdog(armed).run()
+
+
+def _watchdog_module():
+    from earlylog.runtime import watchdog
+    return watchdog
 
 
 def _probes_soon(logger):

@@ -1,5 +1,6 @@
-"""faulthandler, shared between the program and earlylog. A process has one fatal-signal handler,
-one handler per registered signal and one timer; the program always wins each of them and sees
+"""faulthandler, shared between the program and earlylog, and aimed at the log at start-up: crash
+stacks, SIGTERM's stacks and the GIL-free timer, the watchdog's C half. A process has one fatal-signal handler, one
+handler per registered signal and one timer; the program always wins each of them and sees
 exactly the state it made (`is_enabled()`, `unregister()`'s answer, its own file and timer), and
 earlylog aims them at its log wherever the program has not taken them, taking each back when the
 program gives it back. It must never change what the program set, nor raise into the program."""
@@ -7,7 +8,7 @@ import faulthandler
 import os
 import sys
 
-from earlylog.runtime import state
+from earlylog.runtime import state, threads
 
 _REAL = {name: getattr(faulthandler, name) for name in (
     "enable", "disable", "is_enabled", "register", "unregister",
@@ -19,6 +20,132 @@ _signal = None      # the signal earlylog dumps stacks at (SIGTERM), None when i
 program_fatal = False   # the program enabled faulthandler (itself, PYTHONFAULTHANDLER, -X faulthandler)
 program_signal = False  # the program registered that signal itself
 program_timer = False   # the program armed or cancelled the timer: it is theirs from then on
+
+
+BEAT_MAX = 5.0  # the watchdog thread wakes at least this often (idle cost: one wake per beat)
+# `earlylog dump` asks for a dump by creating this file (% pid) in the process's log folder; the
+# watchdog looks for it at every beat. A file, not a signal: SIGUSR1 stays the program's (its
+# default action kills, and a program that checks getsignal() must see what it set).
+REQUEST = ".dump-%d"
+
+_armed = None  # this process's Armed; a fork child builds its own in start()
+
+
+def start(logger):
+    """Arm faulthandler (fatal signals, SIGTERM, the GIL-free timer) at start-up, from the main
+    thread; returns the Armed that the watchdog thread keeps up (boot starts that thread)."""
+    global _armed
+    if not state.installed:
+        install()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent)
+    threads.remember_main()
+    armed = _armed = Armed(logger)
+    armed.arm()
+    return armed
+
+
+def _before_fork():
+    # faulthandler's timer hangs the child forever if it is armed at fork time (see
+    # docs/design.md#faulthandlers-timer-and-fork): cancel it here, re-arm in the parent below and in the child's own start().
+    armed = _armed
+    if armed is None or armed.pid != os.getpid():
+        return
+    try:
+        armed.forking = True
+        if armed.timeout:
+            cancel_timer()
+        if armed.watchdog is not None:
+            armed.watchdog.warn_fork()
+    except BaseException:  # never let an exception reach the application's fork()
+        pass
+
+
+def _after_fork_in_parent():
+    armed = _armed
+    if armed is None or armed.pid != os.getpid():
+        return
+    armed.forking = False
+    try:
+        armed.rearm_timer()
+    except BaseException:
+        pass
+
+
+class Armed:
+    """What faulthandler is aimed at in one process (the fd its stacks go to, the signal, the timer's
+    seconds) and the watchdog's beat; set at start-up, kept up by the watchdog thread."""
+
+    def __init__(self, logger):
+        self.logger = logger
+        self.pid = os.getpid()
+        stall = logger.config.stall
+        self.beat = min(max(stall / 2, 0.25), BEAT_MAX) if stall else BEAT_MAX
+        # A child forked by a thread other than main ends when that thread returns (no exit()
+        # runs): a thread of ours, or faulthandler's timer thread, would keep it alive for ever.
+        self.threaded = threads.may_start()
+        # The GIL-free timer fires only when the watchdog thread missed its turn for a whole
+        # stall: the main thread holds the GIL in C code, so Python cannot look (docs/design.md#gil-free-timer).
+        self.timeout = stall + self.beat if stall and self.threaded else 0
+        self.fd = self._dump_fd()
+        self.log_fd = logger.fd
+        self.signum = None
+        # The request file of `earlylog dump`, absolute now: the program may change its cwd later.
+        self.request = os.path.join(os.path.abspath(os.path.dirname(logger.path)), REQUEST % self.pid) \
+            if logger.path and self.threaded else None
+        self.forking = False
+        self.watchdog = None  # the watchdog thread's Watchdog, once it runs
+
+    def _dump_fd(self):
+        """The log file; without one, the console's own (non-blocking) fd; None if neither."""
+        if self.logger.fd is not None:
+            return self.logger.fd
+        console = self.logger.console
+        return console.fd if console.kind in ("pipe", "tty", "file") else None
+
+    def arm(self):
+        # _signal, not signal: the same functions without signal.py's enum wrappers, which cost
+        # over 1 ms of every process's start-up (docs/design.md#_signal-not-signal).
+        import _signal as signal
+        # A C-level SIGTERM handler dumps even while C code holds the GIL, then chains to the
+        # previous handler (SIG_DFL: exit status -15 at once, as without earlylog).
+        self.signum = signal.SIGTERM if signal.getsignal(signal.SIGTERM) != signal.SIG_IGN else None
+        aim(self.fd, self.signum)
+        logger = self.logger
+        if self.fd is None:
+            logger.event("WARNING", "no log file and the console is a socket or off: fatal-signal, "
+                                    "SIGTERM and GIL-held stack dumps are off in this process")
+        elif program_fatal:
+            # PYTHONFAULTHANDLER / -X faulthandler: the program chose where crash stacks go.
+            logger.event("note", "the program enabled faulthandler itself: fatal-signal stacks "
+                                 "go where it sends them (usually stderr), not here", console=False)
+        self.rearm_timer()  # at start, from the main thread (docs/design.md#gil-free-timer)
+        stall = logger.config.stall
+        stalls = "stacks after %g s of silence" % stall if stall else "stall dumps off"
+        if not self.threaded:
+            what = "stall and on-demand dumps are off in this process: it was forked by a thread other than " \
+                   "main and ends when that thread returns, which a thread of earlylog's would prevent"
+        elif self.request is None:
+            what = "%s; no on-demand dumps without a log file" % stalls
+        else:
+            what = "%s; `earlylog dump %d` writes them now" % (stalls, self.pid)
+        logger.event("note", "watchdog: %s; fatal signals and SIGTERM write every thread's stack here "
+                     "(a bare \"Current thread 0x...\" block with no \"Fatal Python error\" or "
+                     "\"Timeout\" line above it is the stack at SIGTERM)" % what, console=False)
+
+    def rearm_timer(self):
+        if self.timeout and self.fd is not None and not self.forking:
+            arm_timer(self.timeout)
+
+    def check_file(self):
+        """At each beat: once the logger has lost its file (the program closed our fd), its number
+        may be a file of the program's now, so faulthandler must stop writing there."""
+        if self.fd is not None and self.fd == self.log_fd and self.logger.fd is None:
+            self.fd = None
+            if self.timeout:
+                cancel_timer()
+                self.timeout = 0
+            aim(None, self.signum)
 
 
 def install():
@@ -63,7 +190,6 @@ def arm_timer(seconds):
     """earlylog's timer: every thread's stack into its file after `seconds`, unless the program's."""
     if not program_timer and _fd is not None:
         # Each call starts faulthandler's timer thread anew: it must not take the program's signals.
-        from earlylog.runtime import threads
         threads.signals_blocked(_REAL["dump_traceback_later"], seconds, repeat=False, file=_fd)
 
 

@@ -1,36 +1,15 @@
-"""The watchdog: fatal-signal and SIGTERM stacks, stall, periodic and on-demand dumps, fork care.
-It must never keep a process alive, block, pause a process, steal a program's handler, signal or
-timer (faulthandler is shared through fault.py), or change an exit status."""
+"""The watchdog thread: stall, periodic and on-demand dumps, memory lines, the GIL-held check and
+fork warnings. It loads in its own thread (fault.start arms faulthandler and starts it), so nothing
+here is on the program's start-up path. It must never keep a process alive, block, pause a
+process, steal a program's handler, signal or timer, or change an exit status."""
 import _thread
 import os
 import sys
 import time
 
-from earlylog.runtime import fault, state, threads
+from earlylog.runtime import fault, threads
 
-BEAT_MAX = 5.0      # the watchdog thread wakes at least this often (idle cost: one wake per beat)
 GROWTH_CAP = 3600.0  # stall dumps come at S, 2S, 4S ... of silence, at least once an hour after
-# `earlylog dump` asks for a dump by creating this file (% pid) in the process's log folder; the
-# watchdog looks for it at every beat. A file, not a signal: SIGUSR1 stays the program's (its
-# default action kills, and a program that checks getsignal() must see what it set).
-REQUEST = ".dump-%d"
-
-_state = None         # this process's Watchdog; a fork child builds its own in start()
-
-
-def start(logger):
-    """Arm faulthandler (fatal signals, SIGTERM, the GIL-free timer) and start the watchdog thread."""
-    global _state
-    if not state.installed:
-        fault.install()
-        if hasattr(os, "register_at_fork"):
-            os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent)
-    threads.remember_main()
-    watchdog = Watchdog(logger)
-    _state = watchdog
-    watchdog.arm()
-    if watchdog.threaded:
-        threads.start("earlylog-watchdog", watchdog.run)
 
 
 def _stacks():
@@ -44,109 +23,25 @@ def _sampler():
     return breadcrumbs.Sampler()
 
 
-def _before_fork():
-    # faulthandler's timer hangs the child forever if it is armed at fork time (see
-    # docs/design.md#faulthandlers-timer-and-fork): cancel it here, re-arm in the parent below and in the child's own start().
-    watchdog = _state
-    if watchdog is None or watchdog.pid != os.getpid():
-        return
-    try:
-        watchdog.forking = True
-        if watchdog.timeout:
-            fault.cancel_timer()
-        watchdog.warn_fork()
-    except BaseException:  # never let an exception reach the application's fork()
-        pass
-
-
-def _after_fork_in_parent():
-    watchdog = _state
-    if watchdog is None or watchdog.pid != os.getpid():
-        return
-    watchdog.forking = False
-    try:
-        watchdog.rearm_timer()
-    except BaseException:
-        pass
-
-
 class Watchdog:
-    """One process's watchdog state; its thread runs run(), everything else runs in the caller."""
+    """One process's watchdog thread: run() is its whole life. What faulthandler was aimed at,
+    and the beat, come from fault.Armed, which it re-arms at every beat."""
 
-    def __init__(self, logger):
-        self.logger = logger
-        self.pid = os.getpid()
-        self.stall = logger.config.stall
-        self.every = logger.config.dump_every
-        self.beat = min(max(self.stall / 2, 0.25), BEAT_MAX) if self.stall else BEAT_MAX
-        # A child forked by a thread other than main ends when that thread returns (no exit()
-        # runs): a thread of ours, or faulthandler's timer thread, would keep it alive for ever.
-        self.threaded = threads.may_start()
-        # The GIL-free timer fires only when the watchdog thread missed its turn for a whole
-        # stall: the main thread holds the GIL in C code, so Python cannot look (docs/design.md#gil-free-timer).
-        self.timeout = self.stall + self.beat if self.stall and self.threaded else 0
-        self.fd = self._dump_fd()
-        self.log_fd = logger.fd
-        # The request file of `earlylog dump`, absolute now: the program may change its cwd later.
-        self.request = os.path.join(os.path.abspath(os.path.dirname(logger.path)), REQUEST % self.pid) \
-            if logger.path and self.threaded else None
+    def __init__(self, armed):
+        self.armed = armed
+        self.logger = armed.logger
+        self.pid = armed.pid
+        self.stall = self.logger.config.stall
+        self.every = self.logger.config.dump_every
+        self.beat = armed.beat
+        self.request = armed.request
         self.wake = threads.Wakeup()
-        self.forking = False
         self.warned_forks = set()
         self.native_done = False
         self.last_beat = time.monotonic()
         self.cpu_at_beat = None
         self.title = None  # the process title last written in a note
-
-    def _dump_fd(self):
-        """The log file; without one, the console's own (non-blocking) fd; None if neither."""
-        if self.logger.fd is not None:
-            return self.logger.fd
-        console = self.logger.console
-        return console.fd if console.kind in ("pipe", "tty", "file") else None
-
-    def arm(self):
-        # _signal, not signal: the same functions without signal.py's enum wrappers, which cost
-        # over 1 ms of every process's start-up (docs/design.md#_signal-not-signal).
-        import _signal as signal
-        # A C-level SIGTERM handler dumps even while C code holds the GIL, then chains to the
-        # previous handler (SIG_DFL: exit status -15 at once, as without earlylog).
-        self.signum = signal.SIGTERM if signal.getsignal(signal.SIGTERM) != signal.SIG_IGN else None
-        fault.aim(self.fd, self.signum)
-        if self.fd is None:
-            self.logger.event("WARNING", "no log file and the console is a socket or off: fatal-signal, "
-                                         "SIGTERM and GIL-held stack dumps are off in this process")
-        elif fault.program_fatal:
-            # PYTHONFAULTHANDLER / -X faulthandler: the program chose where crash stacks go.
-            self.logger.event("note", "the program enabled faulthandler itself: fatal-signal stacks "
-                                      "go where it sends them (usually stderr), not here", console=False)
-        self.rearm_timer()  # at start, from the main thread (docs/design.md#gil-free-timer)
-        if not self.threaded:
-            what = "stall and on-demand dumps are off in this process: it was forked by a thread other than " \
-                   "main and ends when that thread returns, which a thread of earlylog's would prevent"
-        elif self.request is None:
-            what = "%s; no on-demand dumps without a log file" % self._stalls()
-        else:
-            what = "%s; `earlylog dump %d` writes them now" % (self._stalls(), self.pid)
-        self.logger.event("note", "watchdog: %s; fatal signals and SIGTERM write every thread's stack here "
-                          "(a bare \"Current thread 0x...\" block with no \"Fatal Python error\" or "
-                          "\"Timeout\" line above it is the stack at SIGTERM)" % what, console=False)
-
-    def _stalls(self):
-        return "stacks after %g s of silence" % self.stall if self.stall else "stall dumps off"
-
-    def _lost_file(self):
-        """The program closed our log fd (the logger noticed): its number may be a file of the
-        program's now, so faulthandler must stop writing there."""
-        self.fd = None
-        if self.timeout:
-            fault.cancel_timer()
-            self.timeout = 0
-        fault.aim(None, self.signum)
-
-    def rearm_timer(self):
-        if self.timeout and self.fd is not None and not self.forking:
-            fault.arm_timer(self.timeout)
+        armed.watchdog = self  # from now on a fork() names the program's threads (warn_fork)
 
     def run(self):
         try:
@@ -161,14 +56,13 @@ class Watchdog:
         next_mem = time.monotonic() + 1.0
         next_every = time.monotonic() + self.every
         episode, next_at = None, self.stall
-        while _state is self and os.getpid() == self.pid:
+        while self.armed.watchdog is self and os.getpid() == self.pid:
             self.wake.wait(max(0.05, min(self._deadlines(next_mem, next_every, next_at)) - time.monotonic()))
             now = time.monotonic()
             self.logger.check()
-            if self.fd is not None and self.fd == self.log_fd and self.logger.fd is None:
-                self._lost_file()
+            self.armed.check_file()
             self._check_gil(now)
-            self.rearm_timer()
+            self.armed.rearm_timer()
             if self.request is not None and self._requested():
                 self.dump("on request (earlylog dump)")
             silent_since = self.logger.last_activity
@@ -212,7 +106,8 @@ class Watchdog:
         times = os.times()
         cpu = times[0] + times[1]
         gap = now - self.last_beat
-        if self.timeout and not fault.program_timer and self.fd is not None and gap > self.timeout:
+        armed = self.armed
+        if armed.timeout and not fault.program_timer and armed.fd is not None and gap > armed.timeout:
             share = (cpu - self.cpu_at_beat) / gap if None not in (cpu, self.cpu_at_beat) else 0
             how = "computing (%d%% of a core)" % round(share * 100) if share >= 0.2 else "blocked"
             self._quiet("stall", "the GIL was held for %.0f s: the watchdog thread could not run while C code "
@@ -229,12 +124,12 @@ class Watchdog:
         if self.logger.config.native and not self.native_done and not busy:
             self.native_done = True
             from earlylog.runtime import native
-            if self.timeout:
+            if self.armed.timeout:
                 fault.cancel_timer()  # the tool may take seconds; that is not the GIL being held
             header, lines = native.stacks(self.pid)
             self._quiet("dump", header, lines)
             self.last_beat = time.monotonic()
-            self.rearm_timer()
+            self.armed.rearm_timer()
 
     def _stall_lines(self, silence, shares, whole, busy):
         """The stall line and the dump (they import as they go: run under threads.gated)."""
