@@ -3,7 +3,7 @@ It must never import a library the program did not, nor change what a wrapped ca
 import os
 import sys
 
-from earlylog.runtime import phases, redact, state
+from earlylog.runtime import phases, redact, state, stdio
 
 # The marks module loads after start-up (with the first third-party package), so the state's
 # `installed` flag cannot tell whether this lineage registered the fork check yet.
@@ -53,7 +53,11 @@ def _wrap(module, attr, name, detail, waiting, lines, after):
         except Exception:
             text = ""
         if text is None:
-            return original(*args, **kwargs)
+            try:
+                return original(*args, **kwargs)
+            except BaseException as exc:
+                stdio.hide_frame(exc)
+                raise
         quiet = lines == "errors" or (lines == "first" and seen[0])
         seen[0] = True
         token = phases.begin(name, text, waiting, quiet)
@@ -65,6 +69,7 @@ def _wrap(module, attr, name, detail, waiting, lines, after):
             # (and their tensors) are not kept alive.
             phases.end(token, exc, quiet and _failed[0] in (id(exc), id(exc.__context__)))
             _failed[0] = id(exc)
+            stdio.hide_frame(exc)
             raise
         phases.end(token, None, quiet)
         if after is not None:

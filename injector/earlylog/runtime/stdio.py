@@ -51,7 +51,7 @@ class Tee(io.BufferedIOBase):
             written = self._target.write(data)
         except BaseException as exc:
             self._dropped = isinstance(exc, BrokenPipeError)
-            _hide_frame(exc)
+            hide_frame(exc)
             raise
         self._dropped = False
         # find(), not `in`: bytes' `in` first tries its argument as an int, and pays for the TypeError.
@@ -61,7 +61,7 @@ class Tee(io.BufferedIOBase):
             except BrokenPipeError:
                 self._held = True  # silent, as a buffered line is without earlylog; the write after raises
             except BaseException as exc:
-                _hide_frame(exc)
+                hide_frame(exc)
                 raise
         return written
 
@@ -110,7 +110,7 @@ class Tee(io.BufferedIOBase):
         try:
             self._target.flush()
         except BaseException as exc:
-            _hide_frame(exc)
+            hide_frame(exc)
             raise
         self._held = False
 
@@ -160,7 +160,7 @@ class Tee(io.BufferedIOBase):
         return self._target.mode
 
 
-def _hide_frame(exc):
+def hide_frame(exc):
     """Let an error of the stream below pass up as if this layer were not there: Python 3.11+
     re-raises an exception with the traceback it carries, so the program's traceback reads as
     without earlylog (3.9 and 3.10 re-raise the traceback saved on entry, with this frame)."""
