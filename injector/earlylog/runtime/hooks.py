@@ -28,6 +28,10 @@ _original = {}          # name -> the function we wrapped
 _main = None            # ident of the thread whose SystemExit ends the process
 _returned = False       # 3.12+: the __main__ code returned (else a SystemExit may be in flight)
 _MAIN_TOOLS = (4, 3)    # sys.monitoring ids no standard tool claims (debugger 0, coverage 1, ...)
+MAX_ARG = 200           # characters of an exit call's argument kept in the record
+# Folders of the standard library and installed packages: an exit called there (argparse, click)
+# is also placed at the program's own frame that led to it.
+_LIBRARIES = tuple({os.path.dirname(os.__file__) + os.sep} | {p + os.sep for p in sys.path if p.endswith("-packages")})
 
 
 def start(logger):
@@ -75,22 +79,42 @@ def _code(value):
     return 1
 
 
-def _saw(value, how):
+def _saw(value, how, caller=None):
+    """Note the exit in progress: its status, and the call that asked for it, with its argument
+    and place (`sys.exit('no GPU') in main at train.py:12`), so a report says where and why."""
     global _status
     _status = (_code(value), how)
+    try:
+        call = "%s(%s)" % (how, "" if value is None else repr(value)[:MAX_ARG])
+        _status = (_status[0], call + (" in " + _place(caller) if caller is not None else ""))
+    except BaseException:  # a repr() that raises: the record keeps the bare call's name
+        pass
+
+
+def _place(frame):
+    """`main at train.py:12`; for a call in a library (argparse's exit), also the program's own
+    frame that led there: `exit at argparse.py:2633, from main at train.py:12`."""
+    text = "%s at %s:%d" % (frame.f_code.co_name, os.path.basename(frame.f_code.co_filename), frame.f_lineno)
+    outer = frame
+    while outer is not None and outer.f_code.co_filename.startswith(_LIBRARIES):
+        outer = outer.f_back
+    if outer is not None and outer is not frame:
+        text += ", from %s at %s:%d" % (outer.f_code.co_name, os.path.basename(outer.f_code.co_filename),
+                                        outer.f_lineno)
+    return text
 
 
 def _sys_exit(status=None):
     """sys.exit, recording the status it was given (in another thread it only ends that thread)."""
     if get_ident() == _main:
-        _saw(status, "sys.exit")
+        _saw(status, "sys.exit", sys._getframe(1))
     return _original["sys.exit"](status)
 
 
 def _quitter_call(self, code=None):
     """exit() / quit(), recording the status."""
     if get_ident() == _main:
-        _saw(code, "exit()")
+        _saw(code, "exit", sys._getframe(1))
     return _original["exit()"](self, code)
 
 
@@ -98,7 +122,7 @@ def _os_exit(status):
     """os._exit (multiprocessing children end with it): one record, then the real exit."""
     try:
         if isinstance(status, int):  # anything else raises TypeError below, and the process goes on
-            _saw(status, "os._exit")
+            _saw(status, "os._exit", sys._getframe(1))
             _record()
     except BaseException:  # os._exit must exit whatever happens to our record
         pass
@@ -141,7 +165,10 @@ def after_main():
             continue
         obj = next(o for o in objects if type(o) in exits)
         if _status is None or _status[0] != _code(obj.code):  # keep "sys.exit" when it was
-            _saw(obj.code, "raise SystemExit")
+            tb = obj.__traceback__
+            while tb is not None and tb.tb_next is not None:
+                tb = tb.tb_next
+            _saw(obj.code, "raise SystemExit", tb.tb_frame if tb is not None else None)
         return
 
 

@@ -13,7 +13,7 @@ socket. The lines, parsed by the reader (read/process_causes.py):
       when the search through other processes stopped early
   socket: fd N CALL, TCP LOCAL -> REMOTE, STATE, client|server; DETAIL
       CALL: connecting, receiving, sending, waiting (in poll); STATE as /proc/net/tcp names it
-  file lock: PATH (flock|fcntl|filelock); HOLDERS
+  file lock: PATH (flock|fcntl|filelock|sqlite); HOLDERS
       HOLDERS: `held by pid N (COMMAND)[, pid M (COMMAND)]`, `... by this process`, `no process
       holds a lock on it`, `held by an open file description lock (no pid)`, `holders not known (WHY)`
 It runs in the watchdog thread at dump time only. It must never read from, write to or keep an
@@ -24,6 +24,7 @@ left out. Command lines go through redact.argv."""
 import os
 import sys
 import time
+from stat import S_ISREG
 
 from earlylog.runtime import kstate, redact, waits
 
@@ -34,6 +35,7 @@ MAX_FRAMES = 12         # frames searched for the subprocess.Popen a thread wait
 SOCKET_FRAMES = 3       # frames searched for the socket a thread polls
 MAX_TABLE_BYTES = 4 << 20  # /proc/net/tcp and /proc/locks are read this far at most (a busy host)
 MAX_COMMAND = 80
+MAX_FDS = 256           # open files looked at for a SQLite database a connection waits on
 _STREAMS = {0: "stdin", 1: "stdout", 2: "stderr"}
 _TCP_STATES = {"01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV", "04": "FIN_WAIT1", "05": "FIN_WAIT2",
                "06": "TIME_WAIT", "07": "CLOSE", "08": "CLOSE_WAIT", "09": "LAST_ACK", "0A": "LISTEN",
@@ -403,15 +405,49 @@ def _address(hexed):
 
 def _file_lock(name, args, frame):
     """The `file lock:` line of a thread blocked in flock() or fcntl(F_SETLKW), or retrying in the
-    filelock package's acquire() (it polls with non-blocking tries and sleeps in between)."""
+    filelock package's acquire() (it polls with non-blocking tries and sleeps in between), or in
+    SQLite's busy handler (it sleeps between tries inside a C call)."""
     if name == "flock" or (name == "fcntl" and args[1] in _SETLKW):
         path, how, st = _link("/proc/self/fd/%d" % args[0]), name, _stat("/proc/self/fd/%d" % args[0])
+    elif name == "sleep" and "_sqlite3" in sys.modules and _sleeps_in_c(frame):
+        return _sqlite_locks()
     else:
         path, how = _filelock_path(frame), "filelock"
         st = _stat(path) if path else None
     if st is None:
         return []
     return ["  file lock: %s (%s); %s" % (path, how, _lock_holders(st))]
+
+
+def _sleeps_in_c(frame):
+    """The innermost Python line calls no sleep: the C call under it sleeps (a retry loop)."""
+    import linecache
+    return "sleep" not in linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+
+
+def _sqlite_locks():
+    """`file lock:` lines for the files this process has open that another process holds a lock
+    on: SQLite's busy handler sleeps and retries (up to the connection's `timeout`) while another
+    connection holds the database locked. Known from fstat and /proc/locks: no file is read."""
+    locks = _locks()
+    if not locks:
+        return []
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return []
+    out, seen = [], set()
+    for name in names[:MAX_FDS]:
+        try:
+            st = os.fstat(int(name))
+        except (OSError, ValueError):
+            continue
+        key = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+        others = [pid for pid in locks.get(key, ()) if pid != os.getpid()]
+        if S_ISREG(st.st_mode) and others and key not in seen:
+            seen.add(key)
+            out.append("  file lock: %s (sqlite); %s" % (_link("/proc/self/fd/%s" % name), _held_by(others)))
+    return out
 
 
 def _filelock_path(frame):
@@ -427,24 +463,34 @@ def _filelock_path(frame):
 
 
 def _lock_holders(st):
-    """Who holds a lock on the file st describes, from /proc/locks (blocked requests, `->`, aside)."""
-    pids, table = [], _read("/proc/locks", MAX_TABLE_BYTES)
-    if not table and not os.access("/proc/locks", os.R_OK):  # an empty table is no lock at all
+    """Who holds a lock on the file st describes, from /proc/locks."""
+    locks = _locks()
+    if locks is None:
         return "holders not known (/proc/locks unreadable)"
-    device = (os.major(st.st_dev), os.minor(st.st_dev))
+    return _held_by(locks.get((os.major(st.st_dev), os.minor(st.st_dev), st.st_ino), []))
+
+
+def _locks():
+    """{(major, minor, inode): [pids holding a lock on that file]} from /proc/locks (blocked
+    requests, `->`, aside); None when it cannot be read."""
+    locks, table = {}, _read("/proc/locks", MAX_TABLE_BYTES)
+    if not table and not os.access("/proc/locks", os.R_OK):  # an empty table is no lock at all
+        return None
     for line in table.splitlines():
         fields = line.split()
         if len(fields) < 6 or fields[1] == "->":
             continue
         dev_ino = fields[5].split(":")
         try:
-            same = len(dev_ino) == 3 and int(dev_ino[2]) == st.st_ino and \
-                (int(dev_ino[0], 16), int(dev_ino[1], 16)) == device
-            pid = int(fields[4])
-        except ValueError:
+            key, pid = (int(dev_ino[0], 16), int(dev_ino[1], 16), int(dev_ino[2])), int(fields[4])
+        except (ValueError, IndexError):
             continue
-        if same and pid not in pids:
-            pids.append(pid)
+        if pid not in locks.setdefault(key, []):
+            locks[key].append(pid)
+    return locks
+
+
+def _held_by(pids):
     if not pids:
         return "no process holds a lock on it"
     if pids == [-1]:
