@@ -101,6 +101,12 @@ def test_pipe_deadlock_names_the_child_and_says_communicate(tmp_path, logdir):
     # The child's stack shows the user's print, not earlylog's own stdout layer.
     stack = text.split("thread MainThread: blocked: writing to fd 1")[1].splitlines()
     assert stack[1].strip() == "%s:5 in chatter" % path
+    # Read after the run was killed (a timeout, a Ctrl-C: when most reports are read), the why stays,
+    # ahead of how the run ended.
+    wait_for(lambda: {d["state"] for d in report_json(logdir)["processes"]} == {"vanished"})
+    after = report_json(logdir)
+    assert [c["kind"] for c in after["causes"]] == ["pipe-deadlock", "run-stopped"], after["causes"]
+    assert after["causes"][0]["text"] == cause["text"] and after["verdict"][1].startswith(cause["text"][:60])
 
 
 def test_pipe_deadlock_is_seen_from_the_parent_alone_without_calling_program_code(tmp_path, logdir):
@@ -444,6 +450,33 @@ def test_a_file_lock_names_the_file_and_the_process_holding_it(tmp_path, logdir,
         "waits (take at fetch.py:%d)" % (6 if how == "flock" else 8)))
     assert "for a lock on the file %s, which pid %d (python fetch.py " % (lock, kids[0]) in cause["text"]
     assert "kill %d" % kids[0] in cause["next"] and "timeout" in cause["next"]
+    assert leads(text, cause)
+
+
+def test_a_sqlite_database_another_process_keeps_locked_is_a_hang_not_a_sleep(tmp_path, logdir):
+    # SQLite's busy handler sleeps between tries inside the C call: the kernel says "sleeping", as
+    # for a sleep loop, but the line is a statement, and the holder is in /proc/locks.
+    db = os.path.join(str(tmp_path), "runs.db")
+    proc = start([script(tmp_path, """
+        import sqlite3, subprocess, sys
+        db = sys.argv[1]
+        sqlite3.connect(db).execute("create table runs(loss real)").connection.commit()
+        tracker = subprocess.Popen([sys.executable, "-c", "import sqlite3, sys, time\\n"
+                                    "c = sqlite3.connect(sys.argv[1], isolation_level=None)\\n"
+                                    "c.execute('begin immediate'); c.execute('insert into runs values (1.0)')\\n"
+                                    "print('holding', flush=True); time.sleep(3600)", db], stdout=subprocess.PIPE)
+        tracker.stdout.readline()
+        con = sqlite3.connect(db, timeout=600)
+        con.execute("insert into runs values (0.5)")
+        """, "log_run.py"), db], logdir, **QUIET)
+    kids, rep, text = stuck(proc, logdir, (1, "file lock: %s (sqlite)" % db))
+    main = next(d for d in rep["processes"] if d["pid"] == proc.pid)
+    assert main["state"] == "stalled" and main["idle"] is None  # not "a loop that waits between rounds"
+    (cause,) = causes(rep, "file-lock")
+    assert cause["pids"] == [proc.pid] + kids
+    assert cause["text"].startswith("pid %d (log_run) retries a SQLite statement (<module> at log_run.py:11): the "
+                                    "database %s is locked by pid %d (python -c " % (proc.pid, db, kids[0]))
+    assert "commit or close it" in cause["next"] and "timeout=" in cause["next"]
     assert leads(text, cause)
 
 

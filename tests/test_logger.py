@@ -75,12 +75,12 @@ def test_ascii_console_with_non_ascii_cwd_and_argv(tmp_path, logdir):
 
 
 @pytest.mark.parametrize("code, status, how", [
-    ("import sys\nsys.exit(4)\n", 4, "sys.exit"),
-    ("import argparse\nargparse.ArgumentParser().parse_args(['--nope'])\n", 2, "sys.exit"),
+    ("import sys\nsys.exit(4)\n", 4, "sys.exit(4) in <module> at script.py:2"),
+    ("import argparse\nargparse.ArgumentParser().parse_args(['--nope'])\n", 2, ", from <module> at script.py:2"),
     ("def main():\n    return 3\nraise SystemExit(main())\n", 3, "raise SystemExit"),
-    ("exit(5)\n", 5, "exit()"),
+    ("exit(5)\n", 5, "exit(5) in <module> at script.py:1"),
     ("print('done')\n", 0, "end of program"),
-    ("import os\nos._exit(6)\n", 6, "os._exit"),
+    ("import os\nos._exit(6)\n", 6, "os._exit(6) in <module> at script.py:2"),
 ])
 def test_the_exit_record_has_the_real_status(tmp_path, logdir, code, status, how):
     result = run_python([script(tmp_path, code)], logdir=logdir)

@@ -7,7 +7,8 @@ import subprocess
 import pytest
 
 from earlylog.runtime import records
-from support import PYTHON, clean_env, free_port, log_files, read, run_python, script, wait_for, wait_log
+from support import (PYTHON, clean_env, free_port, log_files, read, report_json, run_both, run_python, script,
+                     wait_for, wait_log)
 
 pytestmark = pytest.mark.slow  # each test imports torch
 
@@ -187,3 +188,23 @@ def test_dataloader_worker_that_dies(tmp_path, logdir):
     died = [p for p in _phase_lines(main) if p.startswith(("error DataLoader workers after ",
                                                            "error DataLoader batch after "))]
     assert len(died) == 1 and "RuntimeError: DataLoader worker (pid" in died[0]
+    # The report names the dead worker as torch's error does, and the one torch then stopped as
+    # stopped with its failing parent: not a whole run stopped from outside.
+    rep = report_json(logdir)
+    dead = int(died[0].split("DataLoader worker (pid ")[1].split(")")[0])
+    states = {d["pid"]: d["state"] for d in rep["processes"] if d["tag"] == "fork<script"}
+    assert states.pop(dead) == "killed" and list(states.values()) == ["terminated"], rep["processes"]
+    assert [c["kind"] for c in rep["causes"]] != ["run-stopped"] and "from outside" not in " ".join(rep["verdict"])
+
+
+def test_dataloader_whose_dataset_raises_behaves_the_same_and_blames_the_dataset(tmp_path, logdir):
+    # The most common DataLoader failure: the error comes back to the main process, which ends
+    # its workers as it exits (torch's workers leave silently on their parent's SIGTERM).
+    path = _loader_script(tmp_path, "if i == 37: float('n/a')")
+    on = run_both([path], logdir, env={"EARLYLOG_CONSOLE": "off"})  # no frame of earlylog's in the traceback
+    assert on.returncode == 1 and "ValueError: could not convert string to float" in on.err
+    rep = report_json(logdir)
+    workers = [d for d in rep["processes"] if d["tag"] == "fork<script"]
+    assert len(workers) == 2 and {d["state"] for d in workers} == {"terminated"}, workers
+    assert rep["verdict"][0] == "1 of 3 processes in trouble: 1 failed (non-zero exit)", rep["verdict"]
+    assert rep["causes"] == [] and "__getitem__ at script.py:" in rep["verdict"][1]

@@ -42,6 +42,71 @@ def test_clean_multiprocessing_run_is_all_well_and_the_report_writes_nothing(tmp
     assert "\033[" not in text.stdout  # colour only on a tty
 
 
+@pytest.mark.parametrize("lost, said", [
+    ("""
+     import threading
+     def parse():
+         return [int(row) for row in ["1", "x2"]]
+     worker = threading.Thread(target=parse, name="parser")
+     worker.start()
+     worker.join()
+     """, ", but in thread parser: ValueError: invalid literal for int() with base 10: 'x2' in <listcomp> at lost.py:4"),
+    ("""
+     import atexit
+     def save_checkpoint():
+         open("/nonexistent/folder/ckpt.json", "w")
+     atexit.register(save_checkpoint)
+     """, "FileNotFoundError: [Errno 2] No such file or directory: '/nonexistent/folder/ckpt.json' in "
+          "save_checkpoint at lost.py:4")])
+def test_work_lost_in_a_process_that_exits_0_is_said(tmp_path, logdir, lost, said):
+    # A worker thread that died, or a failed atexit save, leaves exit status 0: no trouble by the
+    # status, but the work is lost, and the report says where.
+    res = run_python([script(tmp_path, lost, "lost.py")], logdir=logdir)
+    assert res.returncode == 0
+    rep = report_json(logdir)
+    (main,) = rep["processes"]
+    assert main["state"] == "exited" and rep["verdict"][0] == "1 process, none in trouble: 1 exited"
+    assert rep["verdict"][1].startswith("pid %d (lost) exited with status 0 after " % main["pid"])
+    assert rep["verdict"][1].endswith(said), rep["verdict"]
+
+
+@pytest.mark.parametrize("code, said", [
+    ("import sys\ndef load_config():\n    sys.exit(3)\nload_config()\n",
+     "exited with status 3 after {}: sys.exit(3) in load_config at cfg.py:3"),
+    ("def check():\n    raise SystemExit('no GPU found, refusing to train on CPU')\ncheck()\n",
+     "exited with status 1 after {}: raise SystemExit('no GPU found, refusing to train on CPU')"),
+    ("import argparse\nargparse.ArgumentParser().parse_args(['--epochs'])\n",
+     "exited with status 2 after {}: sys.exit(2) in exit at argparse.py:"),
+])
+def test_a_deliberate_exit_says_where_and_with_what(tmp_path, logdir, code, said):
+    res = run_python([script(tmp_path, code, "cfg.py")], logdir=logdir)
+    (main,) = report_json(logdir)["processes"]
+    head, _, tail = said.partition("{}")
+    assert main["status"] == res.returncode and main["summary"].startswith(head), main["summary"]
+    assert tail in main["summary"]
+    if "argparse" in code:
+        assert main["summary"].endswith(", from <module> at cfg.py:2")
+
+
+def test_a_process_whose_earlylog_failed_is_not_called_killed(tmp_path, logdir):
+    # A copy of earlylog whose hooks step breaks, ahead of the installed one on PYTHONPATH: the
+    # program runs on (one line on stderr) and leaves no exit record; that is no SIGKILL.
+    import earlylog
+    copy = tmp_path / "src"
+    shutil.copytree(os.path.dirname(earlylog.__file__), str(copy / "earlylog"))
+    hooks = copy / "earlylog" / "runtime" / "hooks.py"
+    hooks.write_text(hooks.read_text().replace('def start(logger):\n', 'def start(logger):\n    raise RuntimeError("on purpose")\n'))
+    res = run_python("print('done')", logdir=logdir, env={"PYTHONPATH": str(copy)})
+    assert res.returncode == 0 and res.out == "done\n"
+    assert "earlylog: hooks failed (RuntimeError('on purpose'))" in res.err
+    rep = report_json(logdir)
+    (main,) = rep["processes"]
+    assert main["state"] == "unknown" and rep["verdict"][0].startswith("1 process, none in trouble")
+    assert main["summary"] == ("no longer running; how it ended was not recorded: earlylog's own hooks failed: "
+                               "RuntimeError('on purpose') (its output says how it ended)")
+    assert "SIGKILL" not in " ".join(rep["verdict"])
+
+
 def test_parent_waiting_on_a_stalled_child_is_explained(tmp_path, logdir):
     path = script(tmp_path, """
         import subprocess, sys, threading

@@ -138,13 +138,20 @@ def _thread(t):
                 return words
     kernel = _kernel(t)
     path, _line, func = frames[0]
-    if "time.sleep" in kernel and (not library(path) or _library_loop(t)):
+    if "time.sleep" in kernel and (not library(path) or _library_loop(t)) and not _sleeps_in_c(t):
         return "sleeping in %s (a loop that waits between rounds)" % func
     if _busy(t) and _library_loop(t):
         return "working in %s between rounds (a library's own run loop)" % func
     if "select/poll" in kernel and in_event_loop(frames):
         return _loop_tasks(t)
     return None
+
+
+def _sleeps_in_c(t):
+    """The innermost line calls no sleep, so a C call under it sleeps: a retry loop, such as
+    SQLite's busy handler waiting for another connection's lock, not a pause between rounds."""
+    code = t.code.get(0)
+    return code is not None and "sleep" not in code
 
 
 def _kernel(t):

@@ -11,9 +11,11 @@ from earlylog.runtime import identity, records
 
 # `path:line in function: source` (earlylog's dumps) or `File "path", line N[,] in function`
 # (faulthandler's raw crash output and Python tracebacks).
-_FRAME = re.compile(r'^\s*(?:File "(.+)", line (\d+),? in (\S+)|(\S.*?):(\d+) in (\S+?)(?:: .*)?)\s*$')
+_FRAME = re.compile(r'^\s*(?:File "(.+)", line (\d+),? in (\S+)|(\S.*?):(\d+) in (\S+?)(?:: (.*))?)\s*$')
 _VERSION = re.compile(r"earlylog (\d+(?:\.\d+)+)")
 _EXIT = re.compile(r"status (-?\d+)")
+_UNRECORDED = ("start-up failed", "hooks failed")  # earlylog's own failures that lose the exit record
+_EXIT_CALL = re.compile(r"; ((?:sys\.exit|exit|os\._exit|raise SystemExit)\(.*\)(?: in \S+ at [^;]*?:\d+)?)(?:; |$)")  # `sys.exit(3) in main at a.py:5`
 _OWN_AT = re.compile(r"earlylog \d+(?:\.\d+)+ at (/.*?), Python ")
 # This reader's own package folder; each log's start line names the folder of the copy that wrote it.
 OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -34,7 +36,9 @@ _TASK = re.compile(r"^    task \S+: ")  # a pending asyncio task's await chain, 
 # and the pattern (one group: the pid). Ray's memory monitor names the worker it killed in the
 # OutOfMemoryError its driver gets ("Selected to kill: (Task: ..., pid=N, ...)" in Ray 2.60; older
 # releases wrote "where the task (task ID: ..., name=..., pid=N, ...) was running").
-KILLERS = (("Ray's memory monitor", re.compile(r"(?:Selected to kill: |where the task )\(.*?\bpid=(\d+)")),)
+KILLERS = (("Ray's memory monitor", re.compile(r"(?:Selected to kill: |where the task )\(.*?\bpid=(\d+)")),
+           # torch's DataLoader, whose workers' own signal handlers replace faulthandler's
+           ("a signal", re.compile(r"DataLoader worker \(pid (\d+)\) is killed by signal")))
 _NAME = re.compile(r"^\d{8}-\d{6}-(.+)$")
 
 PROBE_LINES = 20        # a file with no earlylog line among its first lines is someone else's
@@ -60,7 +64,7 @@ class Proc:
         self.own = None         # the folder of the earlylog copy that wrote this log
         self.files = []
         self.first = self.last = self.activity = None
-        self.exit_status = self.exit_time = None
+        self.exit_status = self.exit_time = self.exit_call = None
         self.exception = None   # Raised
         self.repeated = 0       # that traceback's "[Previous line repeated N more times]", summed
         self.deaths = []        # Died: threads that ended with an exception
@@ -75,6 +79,7 @@ class Proc:
         self.open = []
         self.mem = []           # the first and the newest `mem:` texts
         self.warnings = []
+        self.unrecorded = None  # earlylog's own failure that leaves the process with no exit record
         self.output = None      # the last line the program printed: (time, text), from `out:`/`err:`
         # The last traceback the program printed on its stderr (Raised), and one being read: a
         # multiprocessing child reports its error that way and ends by os._exit(1), with no
@@ -140,6 +145,7 @@ class Thread:
         self.header = header
         self.frames = []
         self.notes = []
+        self.code = {}  # frame index -> its source line, where the dump wrote it (faulthandler does not)
 
     @property
     def name(self):
@@ -348,7 +354,7 @@ def _event(folder, p, kind, when, text):
         p.output = (when, text)
         if kind == "err":
             _printed_traceback(p, text)
-        if "pid=" in text:
+        if "pid" in text:
             _kill_notice(folder, p, text)
     elif kind == "start":
         if p.argv is not None:
@@ -375,6 +381,8 @@ def _event(folder, p, kind, when, text):
         m = _EXIT.search(text)
         p.exit_status = int(m.group(1)) if m else None
         p.exit_time = when
+        how = _EXIT_CALL.search(text)
+        p.exit_call = how.group(1) if how else None
     elif kind in ("exception", "stall", "dump", "signal", "fatal"):
         p.block = Block(kind, when, text)
     elif kind == "phase":
@@ -391,6 +399,8 @@ def _event(folder, p, kind, when, text):
     elif kind == "note" and text.startswith("watchdog: stacks after "):
         m = _STALL_AFTER.match(text)
         p.stall_after = float(m.group(1)) if m else None
+    elif kind == "earlylog" and text.startswith(_UNRECORDED):
+        p.unrecorded = text  # `start-up failed: ...`: no exit record will come
     elif kind == "WARNING":
         if text not in p.warnings:
             p.warnings = (p.warnings + [text])[-MAX_KEPT:]
@@ -537,9 +547,10 @@ def _without_own_frames(p, threads):
     """earlylog's frames never stand as the program's: drop them, and threads made only of them."""
     kept = []
     for t in threads:
-        frames = [f for f in t.frames if not own(p, f[0])]
-        if frames or not t.frames:
-            t.frames = frames
+        at = [i for i, f in enumerate(t.frames) if not own(p, f[0])]
+        if at or not t.frames:
+            t.code = {new: t.code[old] for new, old in enumerate(at) if old in t.code}
+            t.frames = [t.frames[i] for i in at]
             kept.append(t)
     return kept
 
@@ -556,6 +567,8 @@ def parse_threads(lines):
             if m.group(1) is not None:
                 cur.frames.append((m.group(1), int(m.group(2)), m.group(3)))
             else:
+                if m.group(7):
+                    cur.code[len(cur.frames)] = m.group(7)
                 cur.frames.append((m.group(4), int(m.group(5)), m.group(6)))
             continue
         text = line.strip()
@@ -572,6 +585,7 @@ def parse_threads(lines):
     for t in threads:
         if last_first.get(id(t)):
             t.frames.reverse()
+            t.code = {len(t.frames) - 1 - i: code for i, code in t.code.items()}
     return threads
 
 

@@ -21,7 +21,7 @@ _PIPE = re.compile(r"^fd \d+ \((stdout|stderr)\), (pipe|socket):\[\d+\](?:, (ful
 _STDIN = re.compile(r'^fd 0, (pipe|socket):\[\d+\]; (.*?)(?:; unfinished output line: (".*"))?$')
 _HELD_OPEN = re.compile(r"; its (stdout pipe is|stderr pipe is|stdout and stderr pipes are) still held open by "
                         r"(.*?)(?=; its |$)")
-_FILE_LOCK = re.compile(r"^(?P<path>.+) \((?P<how>flock|fcntl|filelock)\); (?P<who>.*)$")
+_FILE_LOCK = re.compile(r"^(?P<path>.+) \((?P<how>flock|fcntl|filelock|sqlite)\); (?P<who>.*)$")
 _SOCKET = re.compile(r"^fd \d+ (\w+), TCP (\S+) -> (\S+), (\w+), (client|server)(?:; (.*))?$")
 _FULL = re.compile(r"full \((\d+ of \d+ bytes)\)")
 _HOLDER = re.compile(r"pid (\d+) \((.*?)\)(?:, |$| \()")
@@ -35,17 +35,31 @@ def find(report, folder):
     """The process-level causes of the stalled processes, the most basic kinds first; a parent and
     child pair is told once (a pipe deadlock is not also a parent waiting on its child)."""
     procs = {(d["host"], d["pid"]): d for d in report["processes"]}
-    stuck = [d for d in report["processes"] if d["stall"] is not None and d["state"] == "stalled"]
+    stuck = [d for d in report["processes"] if _stuck_at_end(d)]
     found, told = [], set()
+    # Read after the run was stopped, a process's children ended with it: what it waited for is in
+    # its last dump, but how its children ended is no evidence (and the verdict says "had waited").
+    live_only = (_pool, _child_died, _child_wait)
     for finder in (_stdin, _pipe_deadlock, _queue_join, _pipe_held, _pool, _child_died, _shared_lock, _network,
                    _file_lock, _full_stream, _child_wait):
         for d in stuck:
+            if d["state"] != "stalled" and finder in live_only:
+                continue
             for t in d["stall"]["threads"]:
                 cause = finder(_Seen(d, t, procs, folder), told)
                 if cause is not None:
                     found.append(cause)
                     told.add(frozenset(cause.pids[:2]))
     return found
+
+
+def _stuck_at_end(d):
+    """Stalled now, or stuck when it ended with no exit record: a report read after a timeout or a
+    Ctrl-C stopped the run finds the why in the last stall dump all the same. Idle and busy are not
+    stuck (docs/design.md#busy-is-not-stuck)."""
+    if d["stall"] is None or d["idle"]:
+        return False
+    return d["state"] == "stalled" or (d["state"] in ("vanished", "killed") and "; busy: " not in (d["stall"]["text"] or ""))
 
 
 class _Seen:
@@ -258,7 +272,16 @@ def _file_lock(seen, told):
         path, who = m.group("path"), m.group("who")
         holders = [(int(pid), command) for pid, command in _HOLDER.findall(who)]
         text = "%s %s (%s) for a lock on the file %s" % (seen.who, seen.waits, seen.at, path)
-        if holders:
+        if m.group("how") == "sqlite" and holders:
+            pid, command = holders[0]
+            holder = seen.proc(pid)
+            text = ("%s retries a SQLite statement (%s): the database %s is locked by pid %d (%s)%s; SQLite sleeps "
+                    "and tries again until the connection's `timeout` runs out" % (
+                        seen.who, seen.at, path, pid, command, " (it is %s)" % holder["summary"] if holder else ""))
+            next_step = ("pid %d holds a transaction open: commit or close it (`with con:` commits at the end of the "
+                         "block; a long-lived connection should not sit inside one), and give this connection a short "
+                         "`sqlite3.connect(..., timeout=...)` so a lock ends in \"database is locked\"" % pid)
+        elif holders:
             pid, command = holders[0]
             holder = seen.proc(pid)
             text += ", which pid %d (%s) holds%s" % (pid, command, "; it is %s" % holder["summary"] if holder else "")

@@ -8,7 +8,7 @@ from earlylog.read import frames, verdict
 
 WIDTH = 80
 _COLOURS = {"stalled": "33", "crashed": "31", "killed": "31", "vanished": "31", "failed": "31",
-            "exited": "32", "running": "36", "idle": "36", "terminated": "2", "unknown": "2"}
+            "exited": "32", "running": "36", "idle": "36", "busy": "36", "terminated": "2", "unknown": "2"}
 
 
 def _wrap(line, indent="", first=""):

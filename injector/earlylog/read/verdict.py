@@ -100,6 +100,10 @@ def _process(p, now, here):
         _signalled(d, p)
     elif letter:
         d["state"] = "stalled" if stalled_at_end else "running"
+    elif local and p.unrecorded:
+        d["state"] = "unknown"
+        d["summary"] = "no longer running; how it ended was not recorded: earlylog's own %s (its output says " \
+                       "how it ended)" % p.unrecorded
     elif local:
         d["state"], d["end"] = "vanished", p.last
         d["summary"] = "vanished: no exit record and no longer running, last sign of life %s after start" % (
@@ -114,7 +118,7 @@ def _process(p, now, here):
         _stall_summary(d, p, now, local)
     elif d["state"] == "running":
         d["summary"] = "running, last sign of life %s ago" % secs(now - (p.last or now))
-    if d["state"] in ("running", "stalled", "idle") and letter in _STOPPED:
+    if d["state"] in ("running", "stalled", "idle", "busy") and letter in _STOPPED:
         _stopped(d, p, now, letter)
     if not local:
         _elsewhere(d, p, now)
@@ -133,6 +137,10 @@ def _stopped(d, p, now, letter):
         "; it had %s" % d["stall"]["summary"] if d["stall"] else "")
 
 
+# The stall line of a process whose CPU time still rose over the watchdog's sample.
+_BUSY = "; busy: "
+
+
 def _idle(d, p):
     """A stall whose threads all wait for work (an event loop, serve_forever, a pool's queue, a
     sleep loop), or whose worker pool titles it idle (`ray::IDLE`), is idleness, not a hang: state
@@ -140,11 +148,13 @@ def _idle(d, p):
     d["idle"] = idle.reason(p.stall["threads"]) or idle.by_title(p.title)
     if d["idle"] and d["state"] == "stalled":
         d["state"] = "idle"
+    elif d["state"] == "stalled" and _BUSY in (p.stall["text"] or ""):
+        d["state"] = "busy"  # its CPU time still rose: computing (docs/design.md#busy-is-not-stuck)
 
 
 def _elsewhere(d, p, now):
     """A process on another host is judged by its lines alone: say how old the newest one is."""
-    if d["state"] in ("stalled", "idle", "unknown") and p.last is not None:
+    if d["state"] in ("stalled", "idle", "busy", "unknown") and p.last is not None:
         d["summary"] += "; its last line is %s old" % secs(max(0.0, now - p.last))
 
 
@@ -166,6 +176,20 @@ def _exited(d, p):
     if d["exception"] is not None and p.exit_status != 0:
         d["where"] = d["exception"]["frame"]
         d["summary"] += ": %s in %s" % (first_line(d["exception"]["text"]), where(frame_tuple(d["where"])))
+    elif p.exit_status != 0 and p.exit_call:
+        d["summary"] += ": " + p.exit_call  # sys.exit(3) in load_config at cfg.py:5
+    elif _lost_work(d):
+        d["summary"] += ", but %s in %s" % (first_line(d["exception"]["text"]),
+                                            where(frame_tuple(d["exception"]["frame"])))
+
+
+# An error that ended a part of a process that exits 0 all the same: the work of a thread that
+# died, or what an atexit callback was to save, is lost without a word in the exit status.
+_LOST_WORK = re.compile(r"in thread |unraisable: Exception ignored in atexit callback")
+
+
+def _lost_work(d):
+    return d["exception"] is not None and _LOST_WORK.match(d["exception"]["text"]) is not None
 
 
 def _raised(p):
@@ -186,7 +210,7 @@ def _signalled(d, p):
 def _stall_summary(d, p, now, local):
     """`stalled for 41 s in load at train.py:12 (phase X); blocked: ...`, as the summary of a
     process still stalled, or appended to how it ended."""
-    upto = now if d["state"] in ("stalled", "idle") and local else p.last
+    upto = now if d["state"] in ("stalled", "idle", "busy") and local else p.last
     silent = (upto or now) - (p.activity or p.first or now)
     d["stall"]["seconds"] = round(silent, 1)
     main = d["stall"]["main"]
@@ -200,13 +224,13 @@ def _stall_summary(d, p, now, local):
     if d["idle"]:
         text = "idle for %s: %s, in %s" % (secs(silent), d["idle"], place)
     else:
-        text = "stalled for %s in %s" % (secs(silent), place)
+        text = "%s for %s in %s" % ("busy" if d["state"] == "busy" else "stalled", secs(silent), place)
         if d["phase"]:
             text += " (phase %s)" % d["phase"]
         if main and main["state"]:
             text += "; " + main["state"]
     d["stall"]["summary"] = text
-    d["summary"] = text if d["state"] in ("stalled", "running", "idle") else \
+    d["summary"] = text if d["state"] in ("stalled", "running", "idle", "busy") else \
         d["summary"] + "; it had " + ("been " if d["idle"] else "") + text
 
 
@@ -319,6 +343,13 @@ def _stopped_at_end(out, by_key):
                     d["stall"]["summary"], then)
             else:
                 d["state"], d["summary"] = "terminated", "stopped at the end of the run: " + then
+        elif boss is not None and boss is not d and boss["state"] == "failed" and d["state"] != "failed" and \
+                (boss["end"] or 0) >= (d["last_seen"] or 0) and _ended_by_parent(d, boss):
+            then = "%s as %s %d (%s) failed, which ends its workers" % (how, whose, boss["pid"], boss["title"] or boss["tag"])
+            if _stuck(d):
+                d["state"], d["summary"] = "stalled", "%s until it was stopped (%s)" % (d["stall"]["summary"], then)
+            else:
+                d["state"], d["summary"] = "terminated", "stopped with its parent: " + then
         elif boss is not None and boss is not d and (boss["end"] is None or boss["end"] >= (d["end"] or 0)) and \
                 d["state"] != "failed" and not _memory_pressure(d, out):
             waiting = d["idle"] or idle.by_title(d["title"])
@@ -329,6 +360,27 @@ def _stopped_at_end(out, by_key):
                 d["summary"] = "stopped while %s: %s while %s %d (%s) ran on, as a supervisor does when it lets a " \
                                "worker go" % ("idle (%s)" % waiting if waiting else "still starting", how, whose,
                                               boss["pid"], boss["title"] or boss["tag"])
+
+
+# A parent's error that says a worker of its pool died: a worker of its that vanished is a suspect,
+# not a worker it stopped.
+_WORKER_DIED = re.compile(r"BrokenProcessPool|terminated abruptly|exited unexpectedly|is killed by signal|"
+                          r"worker\b.* died", re.I)
+_PIDS = re.compile(r"\bpid(?:\(s\))?\s+(\d+(?:, \d+)*)")  # torch: "worker (pid 12)", "worker(s) pid(s) 12, 13"
+
+
+def _ended_by_parent(d, boss):
+    """A failing parent ends its workers as it exits: multiprocessing terminates its daemonic
+    children (SIGTERM) and a DataLoader its workers, which leave silently on their parent's SIGTERM
+    (torch's own handler), with no exit record. One that vanished while the parent's error says a
+    worker died (naming its pid, or no pid at all) is that worker, not one the parent ended."""
+    if d["state"] == "killed":
+        return True
+    if d["state"] != "vanished" or _memory_pressure(d, [d]):
+        return False
+    error = (boss["exception"] or {}).get("text") or ""
+    named = {int(n) for found in _PIDS.findall(error) for n in re.findall(r"\d+", found)}
+    return d["pid"] not in named if named else not _WORKER_DIED.search(error)
 
 
 # A program's own handler of a stop signal (Ray's monitor: `_signal_handler`), by its name.
@@ -351,13 +403,16 @@ def _memory_pressure(d, out):
 
 
 def _waited_on(out):
-    """An idle rank is the straggler when another rank waits for it in a collective: stuck after all."""
+    """An idle or busy rank is the straggler when another rank waits for it in a collective: stuck
+    after all, or holding the others up."""
     waiting = any(_in_collective(d) for d in out if d["state"] == "stalled" and d["rank"] is not None)
     for d in out:
         if waiting and d["state"] == "idle" and d["rank"] is not None:
             d["summary"] = "stalled for %s in %s (%s, while other ranks wait for it)" % (
                 secs(d["stall"]["seconds"]), where(frame_tuple(d["where"])), d["idle"])
             d["state"], d["idle"] = "stalled", None
+        elif waiting and d["state"] == "busy" and d["rank"] is not None:
+            d["state"], d["summary"] = "stalled", d["summary"] + " (while other ranks wait for it)"
 
 
 def _in_collective(d):
@@ -375,7 +430,9 @@ def _causes(report, folder):
         except Exception as exc:  # input nobody foresaw: say so, keep the rest of the report
             report["problems"].append("earlylog could not work out the %s causes (%r)"
                                       % (module.__name__.rpartition(".")[2].replace("_causes", ""), exc))
-    return found
+    # What each process was stuck on comes before how the run ended (a whole run stopped from
+    # outside is read after a timeout or a Ctrl-C).
+    return sorted(found, key=lambda c: c.kind in _RUN_CAUSES)
 
 
 def _verdict(out, by_key, causes):
@@ -399,6 +456,8 @@ def _verdict(out, by_key, causes):
             explained.add(id(d))
         if d["state"] == "vanished" and d["pid"] not in stopped:
             lines.append(_vanished_cause(d, out))
+    # Not trouble by its status, yet work was lost: a thread that died, a failed atexit callback.
+    lines += ["%s %s" % (label(d), d["summary"]) for d in out if d["state"] == "exited" and _lost_work(d)]
     lines += ["warning in %s: %s" % (label(d), w) for d in troubled for w in d["warnings"][:2]][:3]
     lines += _other_hosts(out)
     return lines
