@@ -100,6 +100,32 @@ PROGRAMS = {
         while True:
             time.sleep(0.3)
         """),
+    "sigterm_service": ("idle", """
+        import signal, threading, time
+        stop = threading.Event()
+        def heartbeat():
+            while not stop.is_set():
+                time.sleep(30)
+        threading.Thread(target=heartbeat, name="heartbeat", daemon=True).start()
+        signal.signal(signal.SIGTERM, lambda *args: stop.set())
+        stop.wait()  # a service's main thread: until SIGTERM's handler sets the event
+        """),
+    "pause_daemon": ("idle", """
+        import signal, threading, time
+        def housekeeping():
+            while True:
+                time.sleep(1)
+        threading.Thread(target=housekeeping, daemon=True).start()
+        signal.signal(signal.SIGHUP, lambda *args: print("reload"))
+        while True:
+            signal.pause()
+        """),
+    "ready_wait": ("stalled", """
+        import signal, threading
+        ready, stopping = threading.Event(), []
+        signal.signal(signal.SIGTERM, lambda *args: stopping.append(1))  # a handler, but not for `ready`
+        ready.wait()  # set by a loader that never came
+        """),
     "fetch_reply": ("stalled", """
         import socket
         listener = socket.create_server(("127.0.0.1", 0))
@@ -177,7 +203,12 @@ def test_idle_programs_are_idle_and_waiting_ones_stuck(tmp_path, logdir):
     assert "in fetch_weights at async_gather.py:4 (2 asyncio tasks await a Future there)" in \
         procs["async_gather"]["summary"]
     assert "in main > awaiting gather of 2 tasks" in read(os.path.join(logdir, procs["async_gather"]["files"][0]))
-    assert rep["verdict"][0] == "7 of 16 processes in trouble: 7 stuck"
+    assert rep["verdict"][0] == "8 of 19 processes in trouble: 8 stuck"
+    # Waiting to be told by a signal is a service's idleness; an event no handler sets is a wait.
+    assert procs["sigterm_service"]["idle"] == "waiting to be told to stop: the SIGTERM handler <lambda> at " \
+                                               "sigterm_service.py:8 sets the event it waits on"
+    assert procs["pause_daemon"]["idle"] == "waiting for a signal (it handles SIGHUP with <lambda> at pause_daemon.py:7)"
+    assert procs["ready_wait"]["where"]["line"] == 5
     # A main thread parked until Ctrl-C, on a stop event or in a join of its server's thread, while
     # that thread serves, is a server waiting for requests; a join of a queue worker never told to
     # stop is a program that never ends.

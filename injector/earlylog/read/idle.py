@@ -144,6 +144,18 @@ def _thread(t):
         return "working in %s between rounds (a library's own run loop)" % func
     if "select/poll" in kernel and in_event_loop(frames):
         return _loop_tasks(t)
+    return _told_to_stop(t, kernel)
+
+
+def _told_to_stop(t, kernel):
+    """A thread that waits to be told, by a signal, to stop or go on: on an event that one of the
+    program's signal handlers sets (`set by:`), or in signal.pause()/sigwait with handlers of the
+    program's in place (`handles:`); a daemon's or a service's main thread, waiting for SIGTERM."""
+    for note in t.notes:
+        if note.startswith("set by: the "):
+            return "waiting to be told to stop: %s sets the event it waits on" % note[len("set by: "):]
+        if note.startswith("handles: ") and "waiting for a signal" in kernel:
+            return "waiting for a signal (it handles %s)" % note[len("handles: "):]
     return None
 
 

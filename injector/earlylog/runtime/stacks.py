@@ -49,7 +49,9 @@ def lines(shares=None, skip_ident=None):
         if ident == main:
             flags.append("main")
         out.append("thread %s (tid %s, ident 0x%x, %s)" % (name, tid or "?", ident, ", ".join(flags)))
-        for part in (lambda: ["  " + kstate.describe(tid, shares.get(tid))] if tid else [],
+        state = _state(kstate, tid, shares)
+        for part in (lambda: ["  " + state] if state else [],
+                     lambda: _handles(state) if ident == main else [],
                      lambda: ["  phase: " + phases.describe(ident)] if phases.describe(ident) else [],
                      lambda: waits.notes(ident, frame, frames, threads),
                      lambda: peers.lines(tid, ident, frame) if tid else [],
@@ -64,6 +66,23 @@ def lines(shares=None, skip_ident=None):
         out.append("(%d more OS thread%s with no Python stack: faulthandler's timer, native libraries such as "
                    "OpenMP, CUDA, gloo)" % (native, "" if native == 1 else "s"))
     return out, len(frames) - (1 if skip_ident in frames else 0)
+
+
+def _state(kstate, tid, shares):
+    """The thread's kernel state in words, or None (unknown tid, or one that could not be read)."""
+    try:
+        return kstate.describe(tid, shares.get(tid)) if tid else None
+    except Exception:
+        return None
+
+
+def _handles(state):
+    """For a main thread waiting for a signal (signal.pause, sigwait): the program's Python handlers,
+    `handles: SIGHUP with reload at app.py:12`, which say what it waits to be told."""
+    if not state or "waiting for a signal" not in state:
+        return []
+    found = waits.handlers()
+    return ["  handles: " + "; ".join("%s with %s" % pair for pair in found)] if found else []
 
 
 def frame_lines(frame):

@@ -10,6 +10,8 @@ no `release()` since). The lines, parsed by the reader (read/thread_causes.py):
       WHO: thread NAME (ident 0xID) | this thread itself | an unknown thread
            | a thread no longer running (ident 0xID)
   joins: thread NAME (ident 0xID)
+  set by: the SIGNAL handler FUNC at FILE:LINE   (an event one of the program's signal handlers sets)
+  handles: SIGNAL with FUNC at FILE:LINE[; ...]   (stacks.py: a main thread waiting for a signal)
 It runs in the watchdog thread at dump time only. It must never run the program's code: objects
 are told apart by exact type and identity, and values read from frame, instance and class dicts,
 never through getattr, __repr__, __eq__, properties or __getattr__ (the one repr taken is the C
@@ -31,6 +33,15 @@ _MODULE = type(sys)
 _MEMBER = type(type.__dict__["__basicsize__"])  # a __slots__ field's descriptor
 _GETSET = type(type.__dict__["__dict__"])       # the standard __dict__ descriptor
 _POSITIONS = sys.version_info >= (3, 11)        # code objects know each instruction's columns
+_FUNCTION = type(lambda: None)
+
+
+class _Probe:
+    def method(self):
+        pass
+
+
+_METHOD = type(_Probe().method)
 
 # The stdlib methods a waiting thread sits in: (kind, module, class, method names).
 _WAITS = (("lock", "threading", "Condition", ("__enter__",)),
@@ -69,6 +80,8 @@ def notes(ident, frame, frames, threads):
         out = ["  waits for: %s %s (%s%s)" % (kind, name or "?", _label(obj), ", " + call if kind == "queue" else "")]
         if kind in ("lock", "semaphore"):
             out += _holder_lines(ident, obj, frames, threads)
+        elif kind == "event":
+            out += ["  set by: the %s handler %s" % pair for pair in handlers(obj)]
         return out
     except Exception:  # a frame or object we did not foresee: the dump goes on without these lines
         return []
@@ -193,6 +206,62 @@ def _join_lines(thread):
     if type(ident) is not int:
         return []
     return ["  joins: thread %s (ident 0x%x)" % (_thread_name(thread, ident), ident)]
+
+
+# --- signal handlers -------------------------------------------------------------------------
+
+# The signals a program handles to be told to stop or reload (SIGINT's own default handler,
+# which raises KeyboardInterrupt, is Python's, not the program's).
+_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+
+
+def handlers(target=None):
+    """[(signal name, `FUNC at FILE:LINE`)] of the program's Python signal handlers; with a target,
+    only those that reach it: it is among the names the handler's code reads (its globals, closure
+    or bound instance), or those of a function of the module it calls, one level down. Read from
+    the handlers' dicts and cells, never by calling them."""
+    import _signal
+    found = []
+    for name in _SIGNALS:
+        number = getattr(_signal, name, None)
+        try:
+            handler = _signal.getsignal(number) if number is not None else None
+        except (ValueError, OSError):
+            continue
+        function = _function_of(handler)
+        if function is None or (target is not None and not _reaches(function, handler, target, 2)):
+            continue
+        code = function.__code__
+        found.append((name, "%s at %s:%d" % (code.co_name, code.co_filename.rpartition("/")[2], code.co_firstlineno)))
+    return found
+
+
+def _function_of(handler):
+    """The Python function behind a handler (a function, or a bound method's), else None."""
+    if type(handler) is _METHOD:
+        handler = handler.__func__  # exact type: a C member, no program code
+    return handler if type(handler) is _FUNCTION else None
+
+
+def _reaches(function, handler, target, depth):
+    """Does the handler's code name the target object (or, depth permitting, call a function that does)?"""
+    code, scope = function.__code__, function.__globals__
+    values = [scope[n] for n in code.co_names if type(scope) is dict and n in scope]
+    values += [cell.cell_contents for cell in function.__closure__ or () if _filled(cell)]
+    own = _instance_dict(handler.__self__) if type(handler) is _METHOD else None
+    values += [own[n] for n in code.co_names if own is not None and n in own]
+    if any(value is target for value in values):
+        return True
+    return depth > 1 and any(_reaches(value, value, target, depth - 1) for value in values
+                             if type(value) is _FUNCTION)
+
+
+def _filled(cell):
+    try:
+        cell.cell_contents
+    except ValueError:  # an empty cell
+        return False
+    return True
 
 
 # --- who holds a lock ------------------------------------------------------------------------
@@ -658,3 +727,4 @@ def _is_condition(obj):
 def _thread_name(thread, ident):
     name = _field(thread, "_name") if thread is not None else None
     return name if type(name) is str else "0x%x" % ident
+
