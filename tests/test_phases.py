@@ -40,8 +40,13 @@ def test_rank_waiting_for_a_peer_that_never_starts(tmp_path, logdir):
     proc = _start(logdir, path, str(port))
     try:
         wait_log(logdir, "phase: waiting init_process_group", timeout=60)
+        # One rank, started without torchrun: its rank and world size come from its phase.
+        wait_for(lambda: read(log_files(logdir)[0]).count("dump: stall") >= 2, timeout=60)
+        verdict = report_json(logdir)["verdict"]
     finally:
         _stop(proc)
+    assert "rank 0 waits in init_process_group; no rank is elsewhere: rank 1 never started (no log here; or it " \
+           "runs on another host, or without EARLYLOG)" in verdict, verdict
     [log] = log_files(logdir)
     begin, waiting = _phase_lines(log)[-2:]
     expected = ("init_process_group backend=gloo init_method=tcp://127.0.0.1:%d rank=0 world_size=2 "

@@ -493,12 +493,14 @@ def _headline(out, troubled):
 
 def _ranks(out, explained, stragglers):
     """Ranks side by side: the one(s) elsewhere, and the ones waiting in a collective for them."""
-    ranks = {}
+    ranks, world = {}, 0
     for d in out:
-        if d["tag"] and d["tag"].startswith("rank") and d["rank"] is not None:
-            ranks[d["rank"]] = d  # a restarted rank: the newest process wins
+        rank, size = _rank_of(d)
+        if rank is not None:
+            ranks[rank] = d  # a restarted rank: the newest process wins
+            world = max(world, size or 0)
     stuck = [d for d in ranks.values() if d["stall"] is not None]
-    if len(ranks) < 2 or not stuck:
+    if not stuck or len(ranks) < 2 and world <= len(ranks):
         return []
     waiting, late = {}, []
     for r in sorted(ranks):
@@ -524,12 +526,30 @@ def _ranks(out, explained, stragglers):
         parts.append("%s %s %s in %s" % ("rank" if len(rs) == 1 else "ranks", ", ".join(map(str, rs)),
                                          "waits" if len(rs) == 1 else "wait", call))
     if not late and waiting:
-        missing = sorted(set(range(max(ranks) + 1)) - set(ranks))
+        missing = sorted(set(range(max(world, max(ranks) + 1))) - set(ranks))
         parts.append("no rank is elsewhere: %s" % (
-            "rank%s %s never started (no log)" % ("" if len(missing) == 1 else "s", ", ".join(map(str, missing)))
+            "rank%s %s never started (no log here%s)" % (
+                "" if len(missing) == 1 else "s", ", ".join(map(str, missing[:8])) + (", ..." if missing[8:] else ""),
+                "; or it runs on another host, or without EARLYLOG" if not hosts else "")
             if missing else "check that every rank reached the same collective, and the network "
             "(MASTER_ADDR, MASTER_PORT, firewalls)"))
     return ["; ".join(parts)] if parts else []
+
+
+# What init_process_group was given, as its phase says it: a process's rank and world size when its
+# environment does not (mp.spawn, a rank passed as an argument).
+_INIT_RANK = re.compile(r"\binit_process_group\b.*?\brank=(\d+) world_size=(\d+)")
+
+
+def _rank_of(d):
+    """(rank, world size or None) of a rank of a distributed job, else (None, None): a process
+    torchrun started (tag rankN), or one whose last dump shows init_process_group's phase. A
+    process that only inherited RANK (a DataLoader worker, a subprocess of a rank) is none."""
+    if d["tag"] and d["tag"].startswith("rank") and d["rank"] is not None:
+        return d["rank"], d["world_size"]
+    main = d["stall"]["main"] if d["stall"] else None
+    m = _INIT_RANK.search((main or {}).get("phase") or "")
+    return (int(m.group(1)), int(m.group(2))) if m else (None, None)
 
 
 # A parent waiting for a child that has ended: what it waits for from that child never comes (a
