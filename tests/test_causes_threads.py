@@ -241,6 +241,54 @@ def test_tasks_waiting_for_tasks_of_their_own_full_pool_are_a_starved_pool(tmp_p
     assert rep["causes"] == [], rep["causes"]
 
 
+def test_a_queue_join_whose_worker_skipped_task_done_names_the_missing_call(tmp_path, logdir):
+    proc = start([script(tmp_path, """
+        import queue, threading
+        jobs = queue.Queue()
+        def worker():
+            while True:
+                item = jobs.get()
+                if item % 5 == 0:
+                    continue  # skipped without task_done()
+                jobs.task_done()
+        threading.Thread(target=worker, name="worker", daemon=True).start()
+        for i in range(1, 11):
+            jobs.put(i)
+        jobs.join()
+        """, "jobs.py")], logdir, **QUIET)
+    rep, res = stalled_report(logdir, proc)
+    cause = only(rep, "task-done")
+    assert cause["text"].endswith("thread MainThread waits in join() at jobs.py:13 for 2 unfinished items of queue "
+                                  "`jobs`, which is empty; its consumer thread worker waits in get() for more "
+                                  "(worker at jobs.py:6): an item was got without task_done(), so join() never returns")
+    assert "finally:" in cause["next"] and cause["threads"] == ["MainThread", "worker"]
+    leads(res, cause)
+
+
+def test_a_future_nothing_sets_is_named_and_one_a_pool_runs_is_not(tmp_path, logdir):
+    proc = start([script(tmp_path, """
+        import queue, threading, time
+        from concurrent.futures import Future, ThreadPoolExecutor
+        replies = queue.Queue()
+        threading.Thread(target=replies.get, name="rpc-reader", daemon=True).start()
+        if len(__import__("sys").argv) > 1:
+            pool = ThreadPoolExecutor(1)
+            pool.submit(time.sleep, 3600)
+            pending = pool.submit(time.sleep, 0)  # queued behind the first: not started yet
+        else:
+            pending = Future()  # a reply's future; the request was never sent
+        pending.result()
+        """, "rpc.py")], logdir, **QUIET)
+    rep, res = stalled_report(logdir, proc)
+    cause = only(rep, "future-unset")
+    assert "thread MainThread waits in result() at rpc.py:12 for future `pending`, which no executor runs" in cause["text"]
+    assert "timeout" in cause["next"]
+    leads(res, cause)
+    proc = start([os.path.join(str(tmp_path), "rpc.py"), "pool"], logdir / "pool", **QUIET)
+    rep, _ = stalled_report(logdir / "pool", proc)
+    assert [c for c in rep["causes"] if c["kind"] == "future-unset"] == [], rep["causes"]
+
+
 def test_a_lock_held_by_another_thread_at_fork_is_named_in_the_child(tmp_path, logdir):
     proc = start([script(tmp_path, """
         import multiprocessing as mp, threading, time

@@ -110,7 +110,7 @@ def _stalled(d, p, parent):
             out += (p.forked and _fork_copy(d, t, by_ident, parent)) or _lock(d, t, by_ident)
         if t.joins and not t.busy and not _flush_for_parent(d, t, by_ident, parent):
             out += _join(d, t, by_ident, in_cycle)
-    return out + _shutdown(d, threads) + _deaths(d, p, threads)
+    return out + _shutdown(d, threads) + _deaths(d, p, threads) + _unmarked(d, threads) + _unset(d, threads)
 
 
 def _holder(t, by_ident):
@@ -297,6 +297,50 @@ def _deaths(d, p, threads):
                          % (death.text.partition(":")[0], frames.where(frame)),
                          [d["pid"]], [death.thread, w.name]))
     return out
+
+
+_UNFINISHED = re.compile(r"^join, (\d+) unfinished, 0 queued$")
+
+
+def _unmarked(d, threads):
+    """Queue.join() on an empty queue whose consumers wait for more: items were got without
+    task_done() (an exception or a `continue` skipped it), so the join never returns."""
+    out = []
+    for t in threads:
+        m = _UNFINISHED.match(t.wait["detail"] or "") if t.wait and t.wait["kind"] == "queue" else None
+        if m is None or int(m.group(1)) == 0:
+            continue
+        getters = [o for o in threads if o is not t and o.wait and o.wait["kind"] == "queue"
+                   and o.wait["name"].rpartition(".")[2] == t.wait["name"].rpartition(".")[2]
+                   and o.wait["detail"] == "get"]
+        if not getters and t.wait["name"] == "?":
+            continue
+        consumers = "; its consumer%s %s wait%s in get() for more (%s)" % (
+            "" if len(getters) == 1 else "s", ", ".join("thread " + g.name for g in getters[:3]),
+            "s" if len(getters) == 1 else "", ", ".join(g.where() for g in getters[:3])) if getters else ""
+        out.append(Cause(
+            "task-done", "%s: thread %s waits in join() at %s for %s unfinished item%s of %s, which is empty%s: "
+            "an item was got without task_done(), so join() never returns" % (
+                label(d), t.name, _place(t.frame), m.group(1), "" if m.group(1) == "1" else "s", _what(t.wait),
+                consumers),
+            "call task_done() once for every get(), in a `finally:` so that an exception or a `continue` "
+            "cannot skip it", [d["pid"]], [t.name] + [g.name for g in getters]))
+    return out
+
+
+def _unset(d, threads):
+    """A Future no worker has started, waited on in a process with no executor's worker thread: a
+    Future made by hand whose result nothing is left to set (or an executor already shut down)."""
+    if any(_POOL_WORKER.match(t.name) or any("concurrent/futures/" in f[0] for f in t.frames)
+           for t in threads if not t.wait or t.wait["kind"] != "future"):
+        return []  # an executor's work (a thread pool's worker, a process pool's manager): it may yet run it
+    return [Cause(
+        "future-unset", "%s: thread %s waits in result() at %s for %s, which no executor runs: only a call of "
+        "its set_result() can end the wait, and none has come" % (label(d), t.name, _place(t.frame), _what(t.wait)),
+        "find the code meant to call set_result() on it (a reply that never came, a callback never "
+        "registered, a request never sent), and give result() a timeout so a lost reply becomes an error",
+        [d["pid"]], [t.name]) for t in threads
+        if t.wait and t.wait["kind"] == "future" and t.wait["detail"] == "not started" and not t.busy]
 
 
 def _waiting_on(wait):

@@ -4,8 +4,9 @@ the lock, queue, event, barrier, future or thread it waits on, named as the code
 RLock's owner; a thread whose frames sit inside a `with` block on it, or past an `acquire()` with
 no `release()` since). The lines, parsed by the reader (read/thread_causes.py):
   waits for: KIND NAME (TYPE at 0xADDR[, DETAIL])   KIND: lock, semaphore, condition, event,
-      queue, barrier, future; NAME `?` when unknown; DETAIL for a queue `get` or `put`, for a
-      semaphore `N free`, for a barrier `N of M arrived`, for a future `not started`
+      queue, barrier, future; NAME `?` when unknown; DETAIL for a queue `get`, `put` or `join, N
+      unfinished, M queued`, for a semaphore `N free`, for a barrier `N of M arrived`, for a
+      future `not started`
   held by: WHO[; with block at FILE:LINE in FUNC | ; acquire() at FILE:LINE in FUNC, not released since]
       WHO: thread NAME (ident 0xID) | this thread itself | an unknown thread
            | a thread no longer running (ident 0xID)
@@ -18,6 +19,7 @@ never through getattr, __repr__, __eq__, properties or __getattr__ (the one repr
 RLock's own). It never blocks and never raises; what cannot be known is left out. Its cost
 falls on dumps only: nothing is imported before the first one, which imports ast and linecache
 and parses the functions on the stacks; what the sources say is kept for the next dumps."""
+import _collections
 import _thread
 import sys
 
@@ -34,6 +36,7 @@ _MEMBER = type(type.__dict__["__basicsize__"])  # a __slots__ field's descriptor
 _GETSET = type(type.__dict__["__dict__"])       # the standard __dict__ descriptor
 _POSITIONS = sys.version_info >= (3, 11)        # code objects know each instruction's columns
 _FUNCTION = type(lambda: None)
+_DEQUE = _collections.deque
 
 
 class _Probe:
@@ -50,7 +53,7 @@ _WAITS = (("lock", "threading", "Condition", ("__enter__",)),
           ("event", "threading", "Event", ("wait",)),
           ("barrier", "threading", "Barrier", ("wait", "_wait", "_enter")),
           ("join", "threading", "Thread", ("join", "_wait_for_tstate_lock")),
-          ("queue", "queue", "Queue", ("get", "put")),
+          ("queue", "queue", "Queue", ("get", "put", "join")),
           ("future", "concurrent.futures._base", "Future", ("result", "exception")))
 _MODULES = {"threading.py": "threading", "queue.py": "queue", "_base.py": "concurrent.futures._base"}
 # (label, module, class) of the objects a wait can be on, most derived first.
@@ -78,6 +81,8 @@ def notes(ident, frame, frames, threads):
             return _join_lines(obj)
         name = name if name is None or len(name) <= 80 else name[:77] + "..."
         out = ["  waits for: %s %s (%s%s)" % (kind, name or "?", _label(obj), ", " + call if kind == "queue" else "")]
+        if kind == "queue" and call == "join":
+            out[0] = out[0][:-1] + _unfinished(obj) + ")"
         if kind in ("lock", "semaphore"):
             out += _holder_lines(ident, obj, frames, threads)
         elif kind == "event":
@@ -199,6 +204,15 @@ def _detail(obj, name):
         # No worker has picked it up: a pool whose workers all wait for such futures never will.
         return ", not started" if _field(obj, "_state") == "PENDING" else ""
     return ""
+
+
+def _unfinished(queue):
+    """`, 2 unfinished, 0 queued`: what Queue.join() waits for (items got without task_done()) and
+    what is still in the queue, read from its fields (a deque or list: len() runs no program code)."""
+    unfinished, items = _field(queue, "unfinished_tasks"), _field(queue, "queue")
+    if type(unfinished) is not int or type(items) not in (list, _DEQUE):
+        return ""
+    return ", %d unfinished, %d queued" % (unfinished, len(items))
 
 
 def _join_lines(thread):
