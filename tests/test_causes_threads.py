@@ -152,6 +152,30 @@ def test_a_thread_taking_a_plain_lock_it_already_holds_is_told_to_use_an_rlock(t
     assert "RLock" in cause["next"]
 
 
+def test_a_lock_a_signal_handler_takes_from_the_code_it_interrupted_is_named_so(tmp_path, logdir):
+    proc = start([script(tmp_path, """
+        import signal, threading, time
+        metrics_lock, metrics = threading.Lock(), {}
+        def flush(signum, frame):
+            with metrics_lock:  # the alarm lands while the loop below holds it
+                print(metrics)
+        signal.signal(signal.SIGALRM, flush)
+        signal.setitimer(signal.ITIMER_REAL, 0.3, 0.3)
+        step = 0
+        while True:
+            with metrics_lock:
+                metrics["step"] = step = step + 1
+                time.sleep(0.2)
+        """, "alarm.py")], logdir, **QUIET)
+    rep, res = stalled_report(logdir, proc)
+    cause = only(rep, "lock")
+    assert "thread MainThread waits for lock `metrics_lock` in flush at alarm.py:5: flush at alarm.py:4 is the " \
+           "SIGALRM handler, and the code it interrupted holds the lock (with block at alarm.py:11 in <module>)" \
+           in cause["text"], cause["text"]
+    assert cause["next"].startswith("take no lock in a signal handler") and "RLock" not in cause["next"][:40]
+    leads(res, cause)
+
+
 def test_join_names_the_joined_thread_and_where_it_is(tmp_path, logdir):
     proc = start([script(tmp_path, """
         import threading

@@ -42,6 +42,9 @@ class _Thread:
         self.wait = None
         self.joins = frames.joined(raw.notes)
         self.serving = idle.serves(raw)  # a server waiting for requests: joining it is serving
+        # `SIGALRM, flush at m.py:6`: it waits inside a signal handler of the program's
+        self.handler = next((n[len("in signal handler: "):] for n in raw.notes
+                             if n.startswith("in signal handler: ")), None)
         self.holders = []
         for note in raw.notes:
             m = _WAITS_FOR.match(note)
@@ -151,6 +154,17 @@ def _lock(d, t, by_ident):
     holder, facts = _holder(t, by_ident)
     name = _name(t.wait)
     expr = t.wait["name"] if t.wait["name"] != "?" else "lock"  # for code in the next step
+    if t.handler and (not facts or facts["self"] or not (facts["ident"] or facts["gone"])):
+        # Its own frames or an unknown holder: a handler called again and again while it waits
+        # (a repeating timer) can push the interrupted code's frame out of the dump's reach.
+        signal, _, handler = t.handler.partition(", ")
+        held = "holds the lock (%s)" % _how(facts) if facts and facts["self"] else "most likely holds the lock"
+        return [Cause("lock", "%s: %s is the %s handler, and the code it interrupted %s: a handler runs on top "
+                              "of whatever the main thread was doing, so it waits for itself forever"
+                      % (head, handler, signal, held),
+                      "take no lock in a signal handler: set a flag (or an Event) there and do the work in the main "
+                      "loop; an RLock would let the handler see the data half updated",
+                      [d["pid"]], [t.name])]
     if facts and facts["self"]:
         return [Cause("lock", "%s, which it already holds (%s): a threading.Lock cannot be taken twice by one "
                               "thread, so it waits forever" % (head, _how(facts)),

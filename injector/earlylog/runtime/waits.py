@@ -13,6 +13,7 @@ no `release()` since). The lines, parsed by the reader (read/thread_causes.py):
   joins: thread NAME (ident 0xID)
   set by: the SIGNAL handler FUNC at FILE:LINE   (an event one of the program's signal handlers sets)
   handles: SIGNAL with FUNC at FILE:LINE[; ...]   (stacks.py: a main thread waiting for a signal)
+  in signal handler: SIGNAL, FUNC at FILE:LINE   (a lock wait inside a handler of the program's)
 It runs in the watchdog thread at dump time only. It must never run the program's code: objects
 are told apart by exact type and identity, and values read from frame, instance and class dicts,
 never through getattr, __repr__, __eq__, properties or __getattr__ (the one repr taken is the C
@@ -85,6 +86,7 @@ def notes(ident, frame, frames, threads):
             out[0] = out[0][:-1] + _unfinished(obj) + ")"
         if kind in ("lock", "semaphore"):
             out += _holder_lines(ident, obj, frames, threads)
+            out += ["  in signal handler: %s, %s" % pair for pair in _interrupted_by(frame)]
         elif kind == "event":
             out += ["  set by: the %s handler %s" % pair for pair in handlers(obj)]
         return out
@@ -224,9 +226,10 @@ def _join_lines(thread):
 
 # --- signal handlers -------------------------------------------------------------------------
 
-# The signals a program handles to be told to stop or reload (SIGINT's own default handler,
-# which raises KeyboardInterrupt, is Python's, not the program's).
-_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+# The signals a program handles to be told to stop or reload, or to run something on a timer or a
+# child's end (SIGINT's own default handler, which raises KeyboardInterrupt, is Python's, not the
+# program's: it is a builtin, never a handler here).
+_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGCHLD", "SIGWINCH")
 
 
 def handlers(target=None):
@@ -234,6 +237,12 @@ def handlers(target=None):
     only those that reach it: it is among the names the handler's code reads (its globals, closure
     or bound instance), or those of a function of the module it calls, one level down. Read from
     the handlers' dicts and cells, never by calling them."""
+    return [(name, where) for name, where, function, handler in _handler_functions(True)
+            if target is None or _reaches(function, handler, target, 2)]
+
+
+def _handler_functions(with_handler=False):
+    """(signal name, `FUNC at FILE:LINE`, function[, handler]) of each Python handler in place."""
     import _signal
     found = []
     for name in _SIGNALS:
@@ -243,11 +252,31 @@ def handlers(target=None):
         except (ValueError, OSError):
             continue
         function = _function_of(handler)
-        if function is None or (target is not None and not _reaches(function, handler, target, 2)):
+        if function is None:
             continue
         code = function.__code__
-        found.append((name, "%s at %s:%d" % (code.co_name, code.co_filename.rpartition("/")[2], code.co_firstlineno)))
+        where = "%s at %s:%d" % (code.co_name, code.co_filename.rpartition("/")[2], code.co_firstlineno)
+        found.append((name, where, function, handler) if with_handler else (name, where, function))
     return found
+
+
+def _interrupted_by(frame):
+    """[(signal, handler)] for the program's signal handler this stack waits in, if any: Python runs
+    a handler on top of whatever the main thread was doing, which may hold the very lock it wants."""
+    codes = {}
+    for name, where, function in _handler_functions():
+        codes.setdefault(function.__code__, (name, where))
+    for f in _frames_out(frame, MAX_FRAMES):
+        if f.f_code in codes:
+            return [codes[f.f_code]]
+    return []
+
+
+def _frames_out(frame, limit):
+    while frame is not None and limit > 0:
+        yield frame
+        frame = frame.f_back
+        limit -= 1
 
 
 def _function_of(handler):
