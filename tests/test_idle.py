@@ -198,6 +198,10 @@ def test_idle_programs_are_idle_and_waiting_ones_stuck(tmp_path, logdir):
     # An event loop's stall is where its tasks wait, not the asyncio.run() line; the task that
     # waits for the others is named by what it waits for.
     assert procs["async_client"]["where"]["function"] == "fetch_reply"
+    # The task's socket is in the dump: a reply that never comes is a network cause, as for a blocking call.
+    assert any(c["kind"] == "network" and c["text"].startswith("pid %d (async_client), in fetch_reply at "
+               "async_client.py:6, has been waiting for a reply from 127.0.0.1:" % procs["async_client"]["pid"])
+               and "asyncio.wait_for" in c["next"] for c in rep["causes"]), rep["causes"]
     assert procs["async_gather"]["where"] == {"file": os.path.join(str(tmp_path), "async_gather.py"), "line": 4,
                                               "function": "fetch_weights"}
     assert "in fetch_weights at async_gather.py:4 (2 asyncio tasks await a Future there)" in \

@@ -380,23 +380,26 @@ def _network(seen, told):
         if m is None or m.group(5) != "client":
             continue
         call, peer, state, detail = m.group(1), m.group(3), m.group(4), m.group(6) or ""
+        detail, _, task = detail.partition("; awaited in ")  # an asyncio task's read: where the task waits
+        at = task or seen.at
         silent = secs(seen.d["stall"].get("seconds") or 0)
         timeout = "`socket.create_connection(addr, timeout=...)`, `sock.settimeout(...)`, " \
                   "`requests.get(url, timeout=...)`"
         if state == "SYN_SENT":
             text = "%s, in %s, has been connecting to %s for %s with no answer (%s)" % (
-                seen.who, seen.at, peer, silent, detail)
+                seen.who, at, peer, silent, detail)
             next_step = ("check that the server at %s is up and accepting (a full accept queue or a firewall "
                          "drops the connection unanswered), and give the call a timeout: %s" % (peer, timeout))
         elif state == "ESTABLISHED" and call == "sending":
             text = "%s, in %s, has been sending to %s for %s, and the peer does not read (%s)" % (
-                seen.who, seen.at, peer, silent, detail)
+                seen.who, at, peer, silent, detail)
             next_step = "check why the peer at %s stopped reading, and give the call a timeout: %s" % (peer, timeout)
         elif state == "ESTABLISHED":
             text = "%s, in %s, has been waiting for a reply from %s for %s (connected; %s)" % (
-                seen.who, seen.at, peer, silent, _queues(detail))
+                seen.who, at, peer, silent, _queues(detail))
             next_step = ("check what the server at %s is doing (is it alive, did it get the whole request?), and "
-                         "give the call a timeout so a silent peer becomes an error: %s" % (peer, timeout))
+                         "give the call a timeout so a silent peer becomes an error: %s" % (
+                             peer, "`asyncio.wait_for(..., timeout=...)`" if task else timeout))
         else:
             continue
         return seen.cause("network", text, next_step, [seen.d["pid"]])

@@ -12,7 +12,8 @@ socket. The lines, parsed by the reader (read/process_causes.py):
       `no process found holding the other end`, `other end not known`; ` (search cut short)`
       when the search through other processes stopped early
   socket: fd N CALL, TCP LOCAL -> REMOTE, STATE, client|server; DETAIL
-      CALL: connecting, receiving, sending, waiting (in poll); STATE as /proc/net/tcp names it
+      CALL: connecting, receiving, sending, waiting (in poll); STATE as /proc/net/tcp names it;
+      an asyncio task's client read (stacks.py) ends `; awaited in FUNC at FILE:LINE`
   file lock: PATH (flock|fcntl|filelock|sqlite); HOLDERS
       HOLDERS: `held by pid N (COMMAND)[, pid M (COMMAND)]`, `... by this process`, `no process
       holds a lock on it`, `held by an open file description lock (no pid)`, `holders not known (WHY)`
@@ -56,7 +57,7 @@ def lines(tid, ident, frame):
         if name in ("read", "write", "connect"):
             out += _fd_lines(name, args[0], ident)
         elif name == "poll":
-            out += ["  socket: " + text for text in (_socket(fd, "poll") for fd in _polled_sockets(frame)) if text]
+            out += ["  socket: " + text for text in (socket_line(fd, "poll") for fd in _polled_sockets(frame)) if text]
         return out + _file_lock(name, args, frame)
     except Exception:  # a process or frame that changed under us: the dump goes on without these lines
         return []
@@ -191,7 +192,7 @@ def _fd_lines(name, fd, ident):
         return []  # a terminal, a file or a device: nobody else's end to name
     kind, fill = kstate.fd_kind(fd)
     if kind == "a TCP socket":
-        text = _socket(fd, name)
+        text = socket_line(fd, name)
         return ["  socket: " + text] if text else []
     if name == "write":
         return ["  pipe: %s, %s%s; %s" % (_fd_name(fd), link, _fill(fill), _other_end(fd, link, "read"))]
@@ -342,7 +343,7 @@ def _polled_sockets(frame):
     return fds
 
 
-def _socket(fd, call):
+def socket_line(fd, call):
     """`fd 8 connecting, TCP 127.0.0.1:51234 -> 127.0.0.1:29500, SYN_SENT, client; SYN sent 4 times`."""
     link = _link("/proc/self/fd/%d" % fd)
     if not link.startswith("socket:["):

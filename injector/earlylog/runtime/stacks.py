@@ -2,6 +2,7 @@
 plus each pending asyncio task's await chain (`task NAME: FILE:LINE in CORO > ... > awaiting WHAT`,
 WHAT being `a Future`, `task NAME`, `gather of N tasks`, SERVER_READ or the object's repr) and the
 addresses the loop serves. It only reads; it must never block or raise."""
+import os
 import sys
 import time
 
@@ -113,9 +114,43 @@ def _asyncio_lines(frame):
     serving = _serving(loop)
     out = ["  asyncio: %d pending task%s on this thread's event loop%s" % (
         len(tasks), "" if len(tasks) == 1 else "s", "; it serves " + " ".join(serving) if serving else "")]
+    sockets = []
     for task in tasks[:50]:
         out.append("    task %s: %s" % (task.get_name(), " > ".join(await_chain(task.get_coro(), _waiter(task)))))
-    return out
+        sockets += _client_read(task.get_coro())
+    # Under the tasks: a thread note, as a blocking socket call's own (read/process_causes.py).
+    return out + ["  socket: " + text for text in sockets[:8]]
+
+
+def _client_read(coro):
+    """The `socket:` line of a task awaiting a reply on a client connection (a stream read on a
+    transport no server accepted), ending `; awaited in FUNC at FILE:LINE`, the task's own
+    innermost frame; [] for anything else."""
+    user = last = None
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None)
+        if frame is None:
+            break
+        last = frame
+        if "/asyncio/" not in frame.f_code.co_filename:
+            user = frame
+        coro = getattr(coro, "cr_await", None)
+    streams = sys.modules.get("asyncio.streams")
+    if last is None or user is None or streams is None or last.f_code.co_filename != streams.__file__:
+        return []
+    reader = waits.frame_locals(last).get("self")
+    if type(reader) is not streams.StreamReader or _server_read(last):
+        return []
+    try:
+        sock = vars(vars(reader).get("_transport")).get("_sock")
+    except TypeError:
+        return []
+    import _socket
+    if not isinstance(sock, _socket.socket):
+        return []
+    text = peers.socket_line(_socket.socket.fileno(sock), "read")
+    return ["%s; awaited in %s at %s:%d" % (text, user.f_code.co_name, os.path.basename(user.f_code.co_filename),
+                                            user.f_lineno)] if text else []
 
 
 def _serving(loop):
