@@ -319,6 +319,16 @@ def test_pool_whose_worker_died_never_recovers(tmp_path, logdir, how):
         assert "(Segmentation fault (SIGSEGV) in work at squares.py:5)" in cause["text"]
     assert "ProcessPoolExecutor" in cause["next"] and "BrokenProcessPool" in cause["next"]
     assert leads(text, cause)
+    if death == "crashed":
+        # Read after the run was killed, the crash (a record of its own) still explains the hang; a
+        # worker that merely vanished with the rest of the run would not.
+        wait_for(lambda: by_pid(report_json(logdir), proc.pid)["state"] == "vanished")
+        (after,) = causes(report_json(logdir), "pool")
+        assert after["pids"] == cause["pids"]
+
+
+def by_pid(rep, pid):
+    return next(d for d in rep["processes"] if d["pid"] == pid)
 
 
 def test_a_parent_waiting_for_a_child_that_crashed_names_it_and_what_to_do(tmp_path, logdir):

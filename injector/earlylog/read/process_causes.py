@@ -38,8 +38,9 @@ def find(report, folder):
     stuck = [d for d in report["processes"] if _stuck_at_end(d)]
     found, told = [], set()
     # Read after the run was stopped, a process's children ended with it: what it waited for is in
-    # its last dump, but how its children ended is no evidence (and the verdict says "had waited").
-    live_only = (_pool, _child_died, _child_wait)
+    # its last dump, but a child with no record of its end is no evidence (_ended), and the verdict
+    # itself says whom a parent "had waited" for.
+    live_only = (_child_wait,)
     for finder in (_stdin, _pipe_deadlock, _queue_join, _pipe_held, _pool, _child_died, _shared_lock, _network,
                    _file_lock, _full_stream, _child_wait):
         for d in stuck:
@@ -186,6 +187,13 @@ def _communicate(stream):
             "child's %s to a file or `subprocess.DEVNULL`)" % stream)
 
 
+def _ended(seen):
+    """The states of a child that ended in trouble before this process's wait: any of _LOST while
+    the process is stalled; once the run was stopped, only those with a record of their end (a
+    crash, an error exit): a child with none may have ended with the rest of the run."""
+    return _LOST if seen.d["state"] == "stalled" else ("crashed", "failed")
+
+
 def _pool(seen, told):
     """A multiprocessing.Pool call waiting for results while a worker of the pool is gone and
     no worker left is computing: the task the dead worker held is lost for good."""
@@ -196,7 +204,7 @@ def _pool(seen, told):
     for helper in [w for w in workers if w and w["tag"] == "forkserver"]:  # its workers are the forkserver's
         workers += [seen.proc(pid) for pid in helper["children"]]
     workers = [w for w in workers if w is not None and w["tag"] not in _HELPERS]
-    lost = [w for w in workers if w["state"] in _LOST]
+    lost = [w for w in workers if w["state"] in _ended(seen)]
     if not lost or any(_computing(w) for w in workers):
         return None
     w = lost[0]
@@ -222,7 +230,7 @@ def _child_died(seen, told):
     if not reads or any(is_file(f, "multiprocessing/pool.py") for f in files) or all(library(f) for f in files):
         return None  # the pool has its own cause; a queue's feeder thread is not the user's wait
     kids = [k for k in map(seen.proc, seen.d["children"]) if k is not None and k["tag"] not in _HELPERS]
-    lost = [k for k in kids if k["state"] in _LOST]
+    lost = [k for k in kids if k["state"] in _ended(seen)]
     if not lost or any(k["end"] is None for k in kids) or frozenset((seen.d["pid"], lost[0]["pid"])) in told:
         return None
     k = lost[0]
