@@ -255,6 +255,26 @@ def server():
         s.close()
 
 
+def test_reading_a_childs_output_while_it_waits_for_input_is_a_deadlock(tmp_path, logdir):
+    # The parent iterates the child's stdout; the child first reads its config from the stdin the
+    # parent holds and never writes: neither the blocking wait() nor a prompt is involved.
+    proc = start([script(tmp_path, """
+        import subprocess, sys
+        child = "import json, sys\\ncfg = json.load(sys.stdin)\\nprint(cfg)"
+        proc = subprocess.Popen([sys.executable, "-c", child], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        for line in proc.stdout:
+            print(line)
+        """, "tool.py")], logdir, **QUIET)
+    kids, rep, text = stuck(proc, logdir, (1, "reads: fd "), (1, "stdin: fd 0"))
+    (cause,) = causes(rep, "pipe-deadlock")
+    assert cause["pids"] == [proc.pid, kids[0]]
+    assert cause["text"] == ("deadlock: pid %d (tool), in <module> at tool.py:5, reads the output of pid %d (cmd), "
+                             "which waits for input on its stdin (in <module> at <string>:2), a pipe only pid %d "
+                             "writes to: each waits for the other" % (proc.pid, kids[0], proc.pid))
+    assert "proc.communicate(input=...)" in cause["next"]
+    assert causes(rep, "stdin") == [] and leads(text, cause)
+
+
 @pytest.mark.parametrize("how", ["reply", "connect"])
 def test_socket_with_no_answer_names_the_peer_and_how_long(tmp_path, logdir, server, how):
     srv, fillers = server
@@ -481,7 +501,7 @@ def test_a_sqlite_database_another_process_keeps_locked_is_a_hang_not_a_sleep(tm
         """, "log_run.py"), db], logdir, **QUIET)
     kids, rep, text = stuck(proc, logdir, (1, "file lock: %s (sqlite)" % db))
     main = next(d for d in rep["processes"] if d["pid"] == proc.pid)
-    assert main["state"] == "stalled" and main["idle"] is None  # not "a loop that waits between rounds"
+    assert main["state"] == "stalled" and main["idle"] is None  # not "sleeping in <module> (time.sleep)"
     (cause,) = causes(rep, "file-lock")
     assert cause["pids"] == [proc.pid] + kids
     assert cause["text"].startswith("pid %d (log_run) retries a SQLite statement (<module> at log_run.py:11): the "

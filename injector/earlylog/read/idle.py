@@ -139,7 +139,7 @@ def _thread(t):
     kernel = _kernel(t)
     path, _line, func = frames[0]
     if "time.sleep" in kernel and (not library(path) or _library_loop(t)) and not _sleeps_in_c(t):
-        return "sleeping in %s (a loop that waits between rounds)" % func
+        return "sleeping in %s (time.sleep)" % func
     if _busy(t) and _library_loop(t):
         return "working in %s between rounds (a library's own run loop)" % func
     if "select/poll" in kernel and in_event_loop(frames):

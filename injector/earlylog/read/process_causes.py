@@ -19,6 +19,7 @@ _CHILD_STDIN = re.compile(r"blocked reading fd 0 \(stdin\), pipe:\[\d+\], which 
 _PIPE = re.compile(r"^fd \d+ \((stdout|stderr)\), (pipe|socket):\[\d+\](?:, (full|not full) \(\d+ of \d+ bytes\))?; "
                    r"(.*)$")
 _STDIN = re.compile(r'^fd 0, (pipe|socket):\[\d+\]; (.*?)(?:; unfinished output line: (".*"))?$')
+_READS = re.compile(r"^fd \d+(?: \(\w+\))?, pipe:\[\d+\]; (.*)$")
 _HELD_OPEN = re.compile(r"; its (stdout pipe is|stderr pipe is|stdout and stderr pipes are) still held open by "
                         r"(.*?)(?=; its |$)")
 _FILE_LOCK = re.compile(r"^(?P<path>.+) \((?P<how>flock|fcntl|filelock|sqlite)\); (?P<who>.*)$")
@@ -41,7 +42,7 @@ def find(report, folder):
     # its last dump, but a child with no record of its end is no evidence (_ended), and the verdict
     # itself says whom a parent "had waited" for.
     live_only = (_child_wait,)
-    for finder in (_stdin, _pipe_deadlock, _queue_join, _pipe_held, _pool, _child_died, _shared_lock, _network,
+    for finder in (_read_deadlock, _stdin, _pipe_deadlock, _queue_join, _pipe_held, _pool, _child_died, _shared_lock, _network,
                    _file_lock, _full_stream, _child_wait):
         for d in stuck:
             if d["state"] != "stalled" and finder in live_only:
@@ -149,6 +150,30 @@ def _pipe_deadlock(seen, told):
                          "then waits), or `proc.stdin.close()` before `proc.wait()`; or start it with "
                          "`stdin=subprocess.DEVNULL`")
             return seen.cause("pipe-deadlock", text, next_step, [me, pid])
+    return None
+
+
+def _read_deadlock(seen, told):
+    """A process reading a pipe (a child's stdout) whose writer, a process of its own, is blocked
+    reading a stdin that this one holds and never writes: each waits for the other."""
+    for note in seen.notes("reads"):
+        m = _READS.match(note)
+        for pid, command in (_holders(seen, m.group(1)) if m else []):
+            writer = seen.proc(pid)
+            if writer is None or pid == seen.d["pid"] or frozenset((seen.d["pid"], pid)) in told:
+                continue
+            for t in (writer["stall"] or {}).get("threads", []):
+                stdin = next((_STDIN.match(n[len("stdin: "):]) for n in t.get("notes") or []
+                              if n.startswith("stdin: ")), None)
+                if stdin is None or seen.d["pid"] not in [p for p, _c in _holders(seen, stdin.group(2))]:
+                    continue
+                text = ("deadlock: %s, in %s, reads the output of pid %d (%s), which waits for input on its stdin "
+                        "(in %s), a pipe only pid %d writes to: each waits for the other" % (
+                            seen.who, seen.at, pid, writer["tag"], where(frame_tuple(t["frame"])), seen.d["pid"]))
+                next_step = ("write the child's input and close its stdin before reading its output: "
+                             "`proc.communicate(input=...)`, or `proc.stdin.write(...)` then `proc.stdin.close()`; "
+                             "or start it with `stdin=subprocess.DEVNULL` if it needs none")
+                return seen.cause("pipe-deadlock", text, next_step, [seen.d["pid"], pid])
     return None
 
 

@@ -48,7 +48,14 @@ def _thread_dict(t):
     phase = next((n[len("phase: "):] for n in t.notes if n.startswith("phase: ")), None)
     return {"name": t.name, "main": t.main, "state": state, "phase": phase,
             "frame": frame_dict(user_frame(t.frames)), "call": call_name(t.frames),
-            "frames": [frame_dict(f) for f in t.frames], "notes": list(t.notes)}
+            "frames": [_with_code(frame_dict(f), t.code.get(i)) for i, f in enumerate(t.frames)], "notes": list(t.notes)}
+
+
+def _with_code(frame, code):
+    """A FRAME with its source line (`code`) where the dump wrote one."""
+    if code is not None:
+        frame["code"] = code
+    return frame
 
 
 def _memory(p):

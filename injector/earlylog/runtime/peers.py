@@ -8,6 +8,7 @@ socket. The lines, parsed by the reader (read/process_causes.py):
       behind keeps the output this thread reads from ending
   pipe: fd 1 (stdout), pipe:[99][, full (Q of C bytes)]; OTHER END
   stdin: fd 0, pipe:[77]; OTHER END[; unfinished output line: "Continue? [y/N] "]
+  reads: fd 5, pipe:[88]; OTHER END   (a read from a pipe, such as a child's stdout)
       OTHER END: `other end held by pid N (COMMAND)[, pid M (COMMAND)]`, `... by this process`,
       `no process found holding the other end`, `other end not known`; ` (search cut short)`
       when the search through other processes stopped early
@@ -200,6 +201,8 @@ def _fd_lines(name, fd, ident):
         prompt = _unfinished(ident)
         return ["  stdin: fd 0, %s; %s%s" % (link, _other_end(fd, link, "write"),
                                              "; unfinished output line: " + _quote(prompt) if prompt else "")]
+    if name == "read" and link.startswith("pipe:"):
+        return ["  reads: %s, %s; %s" % (_fd_name(fd), link, _other_end(fd, link, "write"))]
     return []
 
 
