@@ -85,9 +85,11 @@ def _saw(value, how, caller=None):
     global _status
     _status = (_code(value), how)
     try:
-        call = "%s(%s)" % (how, "" if value is None else repr(value)[:MAX_ARG])
-        _status = (_status[0], call + (" in " + _place(caller) if caller is not None else ""))
-    except BaseException:  # a repr() that raises: the record keeps the bare call's name
+        # The repr of an int or a str only: another object's __repr__ is the program's code.
+        arg = "" if value is None else repr(value)[:MAX_ARG] if type(value) in (int, str) else \
+            "<%s>" % type(value).__name__
+        _status = (_status[0], "%s(%s)" % (how, arg) + (" in " + _place(caller) if caller is not None else ""))
+    except BaseException:  # never let the record stop the exit
         pass
 
 
