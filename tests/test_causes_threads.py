@@ -343,6 +343,22 @@ def test_a_lock_held_by_another_thread_at_fork_is_named_in_the_child(tmp_path, l
     leads(res, cause)
 
 
+def test_a_child_of_os_fork_is_read_by_its_own_kernel_thread(tmp_path, logdir):
+    # threading keeps the parent's native_id for the main thread of a child of os.fork() (3.11):
+    # the dump must read the child's own thread, whose kernel state says what it waits on.
+    proc = start([script(tmp_path, """
+        import os, threading, time
+        threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
+        if os.fork() == 0:
+            threading.Event().wait()
+        os.wait()
+        """, "forks.py")], logdir, **QUIET)
+    rep, _ = stalled_report(logdir, proc, dumps=3)
+    (child,) = [p for p in rep["processes"] if p["ppid"] == proc.pid]
+    assert child["stall"]["main"]["state"].startswith("blocked: waiting on a lock"), child["stall"]["main"]
+    assert "(tid %d, " % child["pid"] in read(os.path.join(str(logdir), child["files"][0]))
+
+
 def test_c_code_holding_the_gil_is_a_stall_with_the_user_frame_and_the_c_call(tmp_path, logdir):
     proc = start([script(tmp_path, """
         import re

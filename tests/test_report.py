@@ -88,6 +88,15 @@ def test_a_deliberate_exit_says_where_and_with_what(tmp_path, logdir, code, said
         assert main["summary"].endswith(", from <module> at cfg.py:2")
 
 
+def test_a_script_python_cannot_open_is_a_failure_that_names_it(tmp_path, logdir):
+    # A launcher's wrong path: Python prints "can't open file" and exits 2, with no exception.
+    res = run_python([str(tmp_path / "trian.py")], logdir=logdir)
+    assert res.returncode == 2 and "can't open file" in res.err
+    (main,) = report_json(logdir)["processes"]
+    assert main["state"] == "failed" and main["status"] == 2
+    assert main["summary"].endswith(": python could not open the script %r (no such file)" % str(tmp_path / "trian.py"))
+
+
 def test_a_process_whose_earlylog_failed_is_not_called_killed(tmp_path, logdir):
     # A copy of earlylog whose hooks step breaks, ahead of the installed one on PYTHONPATH: the
     # program runs on (one line on stderr) and leaves no exit record; that is no SIGKILL.

@@ -24,7 +24,11 @@ _WORK = (("socketserver.py", "serve_forever", "waiting for work in serve_forever
          ("concurrent/futures/process.py", "_process_worker", "waiting for work in a process pool"),
          ("multiprocessing/pool.py", "worker", "waiting for tasks in a multiprocessing pool"),
          ("torch/utils/data/_utils/worker.py", "_worker_loop", "waiting for work in a DataLoader worker"),
-         ("ray/_private/worker.py", "main_loop", "waiting for tasks in Ray's worker loop"))
+         ("ray/_private/worker.py", "main_loop", "waiting for tasks in Ray's worker loop"),
+         # multiprocessing's own helper processes, started with spawn and forkserver: they wait for
+         # the program's messages all their life
+         ("multiprocessing/resource_tracker.py", "main", "waiting for work in multiprocessing's resource tracker"),
+         ("multiprocessing/forkserver.py", "main", "waiting for requests in multiprocessing's fork server"))
 _QUEUES = ("queue.py", "multiprocessing/queues.py")
 _PLUMBING = ("selectors.py", "threading.py", "queue.py", "multiprocessing/queues.py",
              "multiprocessing/connection.py", "multiprocessing/synchronize.py")

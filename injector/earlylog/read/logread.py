@@ -15,7 +15,8 @@ _FRAME = re.compile(r'^\s*(?:File "(.+)", line (\d+),? in (\S+)|(\S.*?):(\d+) in
 _VERSION = re.compile(r"earlylog (\d+(?:\.\d+)+)")
 _EXIT = re.compile(r"status (-?\d+)")
 _UNRECORDED = ("start-up failed", "hooks failed")  # earlylog's own failures that lose the exit record
-_EXIT_CALL = re.compile(r"; ((?:sys\.exit|exit|os\._exit|raise SystemExit)\(.*\)(?: in \S+ at [^;]*?:\d+)?)(?:; |$)")  # `sys.exit(3) in main at a.py:5`
+_EXIT_CALL = re.compile(r"; ((?:sys\.exit|exit|os\._exit|raise SystemExit)\(.*\)(?: in \S+ at [^;]*?:\d+)?"
+                        r"|python could not open the script [^;]*)(?:; |$)")  # `sys.exit(3) in main at a.py:5`
 _OWN_AT = re.compile(r"earlylog \d+(?:\.\d+)+ at (/.*?), Python ")
 # This reader's own package folder; each log's start line names the folder of the copy that wrote it.
 OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -373,7 +373,7 @@ def _stopped_at_end(out, by_key):
 # not a worker it stopped.
 _WORKER_DIED = re.compile(r"BrokenProcessPool|terminated abruptly|exited unexpectedly|is killed by signal|"
                           r"worker\b.* died", re.I)
-_PIDS = re.compile(r"\bpid(?:\(s\))?\s+(\d+(?:, \d+)*)")  # torch: "worker (pid 12)", "worker(s) pid(s) 12, 13"
+_PIDS = re.compile(r"\bpid(?:\(s\))?:?\s+(\d+(?:, \d+)*)")  # "worker (pid 12)", "pid(s) 12, 13", "(pid: 12)"
 
 
 def _ended_by_parent(d, boss):
@@ -381,6 +381,8 @@ def _ended_by_parent(d, boss):
     children (SIGTERM) and a DataLoader its workers, which leave silently on their parent's SIGTERM
     (torch's own handler), with no exit record. One that vanished while the parent's error says a
     worker died (naming its pid, or no pid at all) is that worker, not one the parent ended."""
+    if _rank_of(d)[0] is not None:
+        return False  # a rank's end is the job's story: the straggler, the first failure (_ranks)
     if d["state"] == "killed":
         return True
     if d["state"] != "vanished" or _memory_pressure(d, [d]):
@@ -412,13 +414,14 @@ def _memory_pressure(d, out):
 def _waited_on(out):
     """An idle or busy rank is the straggler when another rank waits for it in a collective: stuck
     after all, or holding the others up."""
-    waiting = any(_in_collective(d) for d in out if d["state"] == "stalled" and d["rank"] is not None)
-    for d in out:
-        if waiting and d["state"] == "idle" and d["rank"] is not None:
+    ranks = [d for d in out if _rank_of(d)[0] is not None]  # not a rank's DataLoader worker (it inherits RANK)
+    waiting = any(_in_collective(d) for d in ranks if d["state"] == "stalled")
+    for d in ranks:
+        if waiting and d["state"] == "idle":
             d["summary"] = "stalled for %s in %s (%s, while other ranks wait for it)" % (
                 secs(d["stall"]["seconds"]), where(frame_tuple(d["where"])), d["idle"])
             d["state"], d["idle"] = "stalled", None
-        elif waiting and d["state"] == "busy" and d["rank"] is not None:
+        elif waiting and d["state"] == "busy":
             d["state"], d["summary"] = "stalled", d["summary"] + " (while other ranks wait for it)"
 
 

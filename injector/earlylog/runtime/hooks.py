@@ -137,7 +137,7 @@ def _record():
     logger = state.logger
     if logger is None or _status == "written":
         return
-    code, how = _status or (0, _unseen())
+    code, how = _status or _unopened() or (0, _unseen())
     _status = "written"
     if code and state.probes_due:
         # A process that fails before its probes ran gets them now: what it ran on may be why.
@@ -183,6 +183,20 @@ def _subclasses(cls):
                 found.add(sub)
                 todo.append(sub)
     return found
+
+
+def _unopened():
+    """(2, how) when the script named on the command line never ran because Python could not open
+    it (a wrong path, the launcher's most common mistake): Python prints "can't open file" and
+    exits 2 with no exception, so no hook sees it; __main__ then has no __file__."""
+    script = sys.argv[0] if sys.argv else ""
+    main = sys.modules.get("__main__")
+    if not script or script in ("-c", "-m") or main is None or "__file__" in vars(main):
+        return None
+    if os.path.isfile(script) and os.access(script, os.R_OK):
+        return None
+    return 2, "python could not open the script %r (%s)" % (
+        script, "no such file" if not os.path.exists(script) else "not a readable file")
 
 
 def _unseen():

@@ -41,7 +41,8 @@ def lines(shares=None, skip_ident=None):
         if ident == skip_ident:
             continue
         thread = threads.get(ident)
-        tid = getattr(thread, "native_id", None) or natives.get(ident)
+        # Ours first: threading's native_id of the main thread is the parent's after a fork (3.11).
+        tid = natives.get(ident) or getattr(thread, "native_id", None)
         ours = our_threads.name_of(ident)
         name = thread.name if thread is not None else ours or (
             "MainThread" if ident == main else "(no threading.Thread)")

@@ -40,6 +40,9 @@ def _release_in_parent():
 def _fresh_in_child():
     _fork_holder[0] = None
     _gate[0] = _thread.allocate_lock()  # the child has none of our threads to hold it
+    # Nor their names and kernel ids: a thread the child starts may get one of their idents.
+    _ours.clear()
+    _natives.clear()
 
 
 # At import, so once per lineage: fork children inherit the registration with the module.
