@@ -347,6 +347,27 @@ def test_pool_whose_worker_died_never_recovers(tmp_path, logdir, how):
         assert after["pids"] == cause["pids"]
 
 
+def test_a_pool_whose_initializer_fails_is_named_once_for_all_its_restarted_workers(tmp_path, logdir):
+    proc = start([script(tmp_path, """
+        import multiprocessing as mp
+        def init_worker():
+            open("/nonexistent/worker.json")
+        if __name__ == "__main__":
+            with mp.get_context("fork").Pool(2, initializer=init_worker) as pool:
+                pool.map(abs, range(4))
+        """, "train.py")], logdir, **QUIET)
+    rep, text = reported(proc, logdir, "pool")
+    (cause,) = causes(rep, "pool")
+    assert cause["pids"][0] == proc.pid
+    assert "multiprocessing.Pool keeps starting workers that fail as they start" in cause["text"]
+    assert "each with FileNotFoundError: [Errno 2] No such file or directory: '/nonexistent/worker.json' in " \
+           "init_worker at train.py:4" in cause["text"] and "initializer" in cause["next"]
+    # Its many failed workers are one line, not one each.
+    same = [line for line in rep["verdict"] if "ended the same way" in line]
+    assert len(same) == 1 and "children of pid %d (fork<train)" % proc.pid in same[0]
+    assert sum("init_worker" in line for line in rep["verdict"]) == 2, rep["verdict"]
+
+
 def by_pid(rep, pid):
     return next(d for d in rep["processes"] if d["pid"] == pid)
 

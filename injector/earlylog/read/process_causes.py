@@ -44,7 +44,9 @@ def find(report, folder):
     live_only = (_child_wait,)
     for finder in (_read_deadlock, _stdin, _pipe_deadlock, _queue_join, _pipe_held, _pool, _child_died, _shared_lock, _network,
                    _file_lock, _full_stream, _child_wait):
-        for d in stuck:
+        # A pool restarting workers that fail as they start keeps its own thread busy: it is no less hung.
+        for d in (stuck if finder is not _pool else [d for d in report["processes"] if d["stall"] is not None
+                                                       and not d["idle"] and d["state"] in _POOL_WAITERS]):
             if d["state"] != "stalled" and finder in live_only:
                 continue
             for t in d["stall"]["threads"]:
@@ -212,6 +214,15 @@ def _communicate(stream):
             "child's %s to a file or `subprocess.DEVNULL`)" % stream)
 
 
+_POOL_WAITERS = ("stalled", "busy", "vanished", "killed")
+_RESTARTS = 3  # failed workers of one pool, all with one error: a pool restarting a worker that cannot start
+
+
+def _failure_text(d):
+    """`FileNotFoundError: ... in init_worker at train.py:4`: how an exited process failed, less its pid and time."""
+    return d["summary"].partition(" after ")[2].partition(": ")[2] or d["summary"]
+
+
 def _ended(seen):
     """The states of a child that ended in trouble before this process's wait: any of _LOST while
     the process is stalled; once the run was stopped, only those with a record of their end (a
@@ -233,6 +244,15 @@ def _pool(seen, told):
     if not lost or any(_computing(w) for w in workers):
         return None
     w = lost[0]
+    failures = {_failure_text(x) for x in lost}
+    if len(lost) >= _RESTARTS and len(failures) == 1 and w["state"] == "failed":
+        text = ("%s %s (%s) for results, but multiprocessing.Pool keeps starting workers that fail as they start, "
+                "%d so far, each with %s: it replaces them for ever, so this wait never ends" % (
+                    seen.who, seen.waits, seen.at, len(lost), failures.pop()))
+        next_step = ("fix that error (a Pool's initializer that fails is retried in every new worker, never "
+                     "raised in the caller), or use concurrent.futures.ProcessPoolExecutor, which raises "
+                     "BrokenProcessPool")
+        return seen.cause("pool", text, next_step, [seen.d["pid"]] + [x["pid"] for x in lost[:8]])
     when = time.strftime(" at %H:%M:%S", time.localtime(w["end"])) if w["end"] else ""
     # "crashed at 11:15:49 (Segmentation fault (SIGSEGV) in work at squares.py:5)"
     how = _LOST[w["state"]] + when + (" (%s)" % w["summary"].partition(": ")[2] if w["state"] == "crashed" else "")

@@ -15,6 +15,7 @@ from earlylog.runtime import identity
 
 SCHEMA = 1
 TROUBLE = ("stalled", "crashed", "killed", "vanished", "failed")
+ALIKE = 3  # processes of one parent that ended the same way are told in one verdict line
 _RUN_CAUSES = ("run-stopped", "first-failure")  # causes about a whole run, not about one wait
 _STOPPED = ("T", "t")  # kernel states of a process held stopped: by a signal, by a tracer
 _CRASHES = {"Segmentation fault": "SIGSEGV", "Floating point exception": "SIGFPE", "Aborted": "SIGABRT",
@@ -460,8 +461,14 @@ def _verdict(out, by_key, causes):
     # A waiting process and what it waits for, already told (a run-level cause lists pids, not a pair).
     told = {frozenset(c["pids"][:2]) for c in causes if len(c["pids"]) > 1 and c["kind"] not in _RUN_CAUSES}
     lines += _parents(out, by_key, explained, stragglers, told)
+    alike = _alike(troubled)
     for d in troubled:
-        if id(d) not in explained:
+        same = alike.get(id(d))
+        if id(d) not in explained and same:
+            lines.append("%s and %d more children of pid %s (%s) ended the same way: %s" % (
+                label(d), len(same) - 1, same[0]["ppid"], d["tag"], d["summary"]))
+            explained.update(id(x) for x in same)
+        elif id(d) not in explained:
             lines.append("%s %s" % (label(d), d["summary"]))
             explained.add(id(d))
         if d["state"] == "vanished" and d["pid"] not in stopped:
@@ -471,6 +478,18 @@ def _verdict(out, by_key, causes):
     lines += ["warning in %s: %s" % (label(d), w) for d in troubled for w in d["warnings"][:2]][:3]
     lines += _other_hosts(out)
     return lines
+
+
+def _alike(troubled):
+    """{id: group} for processes of one parent that failed or crashed the same way (a pool restarting
+    workers that fail at start, 64 DataLoader workers with one error): one line for each group of
+    ALIKE or more, on the group's first process."""
+    groups = {}
+    for d in troubled:
+        if d["state"] in ("failed", "crashed"):
+            key = (d["host"], d["ppid"], d["tag"], re.sub(r" after [\d.]+ \w+", "", d["summary"]))
+            groups.setdefault(key, []).append(d)
+    return {id(group[0]): group for group in groups.values() if len(group) >= ALIKE}
 
 
 def _other_hosts(out):
