@@ -88,6 +88,13 @@ def test_a_deliberate_exit_says_where_and_with_what(tmp_path, logdir, code, said
         assert main["summary"].endswith(", from <module> at cfg.py:2")
 
 
+def test_a_syntax_error_is_placed_at_its_line(tmp_path, logdir):
+    res = run_python([script(tmp_path, "x = 1\ny = (\n", "bad.py")], logdir=logdir)
+    assert res.returncode == 1
+    (main,) = report_json(logdir)["processes"]
+    assert main["summary"].endswith("SyntaxError: '(' was never closed in <source> at bad.py:2"), main["summary"]
+
+
 def test_a_script_python_cannot_open_is_a_failure_that_names_it(tmp_path, logdir):
     # A launcher's wrong path: Python prints "can't open file" and exits 2, with no exception.
     res = run_python([str(tmp_path / "trian.py")], logdir=logdir)

@@ -11,7 +11,8 @@ from earlylog.runtime import identity, records
 
 # `path:line in function: source` (earlylog's dumps) or `File "path", line N[,] in function`
 # (faulthandler's raw crash output and Python tracebacks).
-_FRAME = re.compile(r'^\s*(?:File "(.+)", line (\d+),? in (\S+)|(\S.*?):(\d+) in (\S+?)(?:: (.*))?)\s*$')
+# A SyntaxError's place is a frame with no function (`File "x.py", line 2`): shown as <source>.
+_FRAME = re.compile(r'^\s*(?:File "(.+)", line (\d+)(?:,? in (\S+))?|(\S.*?):(\d+) in (\S+?)(?:: (.*))?)\s*$')
 _VERSION = re.compile(r"earlylog (\d+(?:\.\d+)+)")
 _EXIT = re.compile(r"status (-?\d+)")
 _UNRECORDED = ("start-up failed", "hooks failed")  # earlylog's own failures that lose the exit record
@@ -566,7 +567,7 @@ def parse_threads(lines):
                 cur = Thread("thread")
                 threads.append(cur)
             if m.group(1) is not None:
-                cur.frames.append((m.group(1), int(m.group(2)), m.group(3)))
+                cur.frames.append((m.group(1), int(m.group(2)), m.group(3) or "<source>"))
             else:
                 if m.group(7):
                     cur.code[len(cur.frames)] = m.group(7)
