@@ -228,6 +228,31 @@ def test_idle_programs_are_idle_and_waiting_ones_stuck(tmp_path, logdir):
     assert "http_server idle" in text and "idle for" in text
 
 
+def test_a_launcher_waiting_for_a_working_child_is_idle(tmp_path, logdir):
+    # accelerate's launcher waits for its script and copies the child's stderr in a thread; a
+    # parent joins a worker that prints: waiting for work being done is not being stuck.
+    proc = start([script(tmp_path, """
+        import subprocess, sys, threading
+        child = subprocess.Popen([sys.executable, "-c", "import time\\nwhile True:\\n    print(1, flush=True)\\n"
+                                  "    time.sleep(0.3)"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+        def copy_stderr():
+            for line in child.stderr:
+                sys.stderr.buffer.write(line)
+        threading.Thread(target=copy_stderr, name="copy_stderr").start()
+        child.wait()
+        """, "launch.py")], logdir)
+    try:
+        wait_for(lambda: any("dump: stall" in read(f) for f in log_files(logdir) if f.endswith("-launch.log")))
+        rep = wait_for(lambda: (lambda r: r if r["counts"]["processes"] == 2 else None)(report_json(logdir)))
+    finally:
+        kill_tree(proc)
+    launcher = next(d for d in rep["processes"] if d["tag"] == "launch")
+    child = next(d for d in rep["processes"] if d["tag"] == "cmd")
+    assert launcher["state"] == "idle" and child["state"] == "running", rep["verdict"]
+    assert launcher["idle"] == "waiting for its child %d (cmd), which is running" % child["pid"]
+    assert rep["verdict"][0] == "2 processes, none in trouble: 1 idle, 1 running"
+
+
 def test_children_stopped_by_their_parent_at_the_end_are_not_trouble(tmp_path, logdir):
     path = script(tmp_path, """
         import subprocess, sys, time

@@ -75,6 +75,26 @@ def _loader_script(tmp_path, getitem, before=""):
     """ % (getitem, before))
 
 
+def test_ranks_given_different_rendezvous_addresses_are_told_so(tmp_path, logdir):
+    path = script(tmp_path, """
+        import datetime, sys, torch.distributed as dist
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % sys.argv[1], rank=int(sys.argv[2]),
+                                world_size=2, timeout=datetime.timedelta(seconds=120))
+    """)
+    ports = [free_port(), free_port()]  # rank 1's port was mistyped
+    procs = [_start(logdir, path, str(port), str(rank)) for rank, port in enumerate(ports)]
+    try:
+        wait_for(lambda: len(log_files(logdir)) == 2 and all(read(f).count("dump: stall") >= 2
+                                                                for f in log_files(logdir)), timeout=60)
+        verdict = report_json(logdir)["verdict"]
+    finally:
+        for proc in procs:
+            _stop(proc)
+    assert "ranks 0, 1 wait in init_process_group; the ranks use different rendezvous addresses (rank 0 " \
+           "127.0.0.1:%d, rank 1 127.0.0.1:%d): give every rank the same MASTER_ADDR and MASTER_PORT (or " \
+           "init_method)" % tuple(ports) in verdict, verdict
+
+
 def test_dataloader_whose_worker_blocks(tmp_path, logdir):
     path = _loader_script(tmp_path, "time.sleep(600)",
                           'threading.Thread(target=time.sleep, args=(600,), name="sleeper", daemon=True).start()')

@@ -277,6 +277,7 @@ def judge(folder, now=None):
     _killed_by_notice(out, folder.kills)
     _stopped_at_end(out, by_key)
     _waited_on(out)
+    _waits_on_working_children(out, by_key)
     counts = {"processes": len(out)}
     for d in out:
         counts[d["state"]] = counts.get(d["state"], 0) + 1
@@ -426,6 +427,35 @@ def _waited_on(out):
             d["state"], d["summary"] = "stalled", d["summary"] + " (while other ranks wait for it)"
 
 
+_CHILD_NOTE = re.compile(r"^child: pid (\d+) ")
+_READS_FROM = re.compile(r"^reads: .*?; other end held by pid (\d+) ")
+_WORKING = ("running", "busy", "idle")
+
+
+def _waits_on_working_children(out, by_key):
+    """A stalled process whose every blocked thread waits for a child of its own that is working
+    (running, busy, or idle itself): a launcher waiting for its script (accelerate copies the
+    child's stderr in a thread), a parent joining a worker that prints: idle, not stuck. Children
+    are judged first, so a launcher of a launcher follows."""
+    for d in reversed(out):
+        if d["state"] != "stalled" or d["stall"] is None:
+            continue
+        children = set(d["children"])
+        waited, others = [], False
+        for t in d["stall"]["threads"]:
+            notes = t.get("notes") or []
+            pids = [int(m.group(1)) for m in (_CHILD_NOTE.match(n) or _READS_FROM.match(n) for n in notes) if m]
+            if pids and all(pid in children for pid in pids):
+                waited += pids
+            elif t["main"] or not all(library(f["file"]) for f in t["frames"]):
+                others = True  # a thread of the program's that waits for something else
+        kids = [by_key.get((d["host"], pid)) for pid in waited]
+        if waited and not others and all(k is not None and k["state"] in _WORKING for k in kids):
+            k = kids[0]
+            d["state"], d["idle"] = "idle", "waiting for its child %d (%s), which is %s" % (k["pid"], k["tag"], k["state"])
+            d["summary"] = "idle for %s: %s, in %s" % (secs(d["stall"]["seconds"]), d["idle"], where(frame_tuple(d["where"])))
+
+
 def _in_collective(d):
     main = d["stall"]["main"] if d["stall"] else None
     return bool(main) and (any("torch/distributed" in f["file"] for f in main["frames"]) or
@@ -554,7 +584,13 @@ def _ranks(out, explained, stragglers):
             explained.add(id(ranks[r]))
         parts.append("%s %s %s in %s" % ("rank" if len(rs) == 1 else "ranks", ", ".join(map(str, rs)),
                                          "waits" if len(rs) == 1 else "wait", call))
-    if not late and waiting:
+    masters = {r: _master(d) for r, d in ranks.items()}
+    if not late and waiting and len(set(masters.values()) - {None}) > 1:
+        # Ranks that rendezvous at different addresses never meet: each waits for a job of its own.
+        parts.append("the ranks use different rendezvous addresses (%s): give every rank the same "
+                     "MASTER_ADDR and MASTER_PORT (or init_method)" % ", ".join(
+                         "rank %d %s" % (r, m) for r, m in sorted(masters.items()) if m))
+    elif not late and waiting:
         missing = sorted(set(range(max(world, max(ranks) + 1))) - set(ranks))
         parts.append("no rank is elsewhere: %s" % (
             "rank%s %s never started (no log here%s)" % (
@@ -568,6 +604,13 @@ def _ranks(out, explained, stragglers):
 # What init_process_group was given, as its phase says it: a process's rank and world size when its
 # environment does not (mp.spawn, a rank passed as an argument).
 _INIT_RANK = re.compile(r"\binit_process_group\b.*?\brank=(\d+) world_size=(\d+)")
+_MASTER = re.compile(r"\binit_process_group\b.*?\bmaster=(\S+)")
+
+
+def _master(d):
+    """The rendezvous address its init_process_group phase names (`master=H:P`), or None."""
+    m = _MASTER.search(((d["stall"] or {}).get("main") or {}).get("phase") or "")
+    return m.group(1) if m else None
 
 
 def _rank_of(d):
