@@ -88,6 +88,23 @@ def test_a_deliberate_exit_says_where_and_with_what(tmp_path, logdir, code, said
         assert main["summary"].endswith(", from <module> at cfg.py:2")
 
 
+def test_a_known_error_gets_its_known_next_step(tmp_path, logdir):
+    # The spawn start method without the __main__ guard: Python's own advice is cut from the line.
+    run_python([script(tmp_path, """
+        import multiprocessing as mp
+        mp.get_context("spawn").Process(target=print).start()
+        """, "train.py")], logdir=logdir)
+    rep = report_json(logdir)
+    (line,) = [v for v in rep["verdict"] if "An attempt has been made to start a new process" in v]
+    assert line.endswith("; next: with the spawn or forkserver start method every child imports the main script "
+                         "again: put the code that starts processes (and Pools) under `if __name__ == \"__main__\":`")
+    from earlylog.read import known
+    assert known.next_step("AssertionError: Torch not compiled with CUDA enabled").startswith("this torch is a CPU-only")
+    assert known.next_step("RuntimeError: The server socket has failed to listen on any local network address. "
+                           "port: 29500, useIPv6: 0, code: -98, name: EADDRINUSE").startswith("another process")
+    assert known.next_step("ValueError: bad row") is None
+
+
 def test_a_syntax_error_is_placed_at_its_line(tmp_path, logdir):
     res = run_python([script(tmp_path, "x = 1\ny = (\n", "bad.py")], logdir=logdir)
     assert res.returncode == 1

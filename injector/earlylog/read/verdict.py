@@ -7,7 +7,7 @@ import re
 import time
 
 from earlylog import __version__
-from earlylog.read import idle, process_causes, thread_causes
+from earlylog.read import idle, known, process_causes, thread_causes
 from earlylog.read.causes import first_line, label, secs
 from earlylog.read.frames import (call_name, frame_dict, frame_tuple, in_event_loop, library, task_chains, user_frame,
                                   where)
@@ -495,11 +495,11 @@ def _verdict(out, by_key, causes):
     for d in troubled:
         same = alike.get(id(d))
         if id(d) not in explained and same:
-            lines.append("%s and %d more children of pid %s (%s) ended the same way: %s" % (
-                label(d), len(same) - 1, same[0]["ppid"], d["tag"], d["summary"]))
+            lines.append("%s and %d more children of pid %s (%s) ended the same way: %s%s" % (
+                label(d), len(same) - 1, same[0]["ppid"], d["tag"], d["summary"], _known(d)))
             explained.update(id(x) for x in same)
         elif id(d) not in explained:
-            lines.append("%s %s" % (label(d), d["summary"]))
+            lines.append("%s %s%s" % (label(d), d["summary"], _known(d)))
             explained.add(id(d))
         if d["state"] == "vanished" and d["pid"] not in stopped:
             lines.append(_vanished_cause(d, out))
@@ -508,6 +508,12 @@ def _verdict(out, by_key, causes):
     lines += ["warning in %s: %s" % (label(d), w) for d in troubled for w in d["warnings"][:2]][:3]
     lines += _other_hosts(out)
     return lines
+
+
+def _known(d):
+    """`; next: ...` for a failure whose text is a known error (read/known.py), else ''."""
+    step = known.next_step(d["exception"]["text"]) if d["exception"] and d["state"] in ("failed", "crashed") else None
+    return "; next: " + step if step else ""
 
 
 def _alike(troubled):
