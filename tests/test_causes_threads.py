@@ -176,6 +176,26 @@ def test_a_lock_a_signal_handler_takes_from_the_code_it_interrupted_is_named_so(
     leads(res, cause)
 
 
+def test_a_thread_started_and_joined_at_import_is_an_import_deadlock(tmp_path, logdir):
+    (tmp_path / "warmcache.py").write_text(
+        "import threading\n"
+        "def _prefetch():\n"
+        "    from warmcache import CACHE_DIR  # this module: its import is not done\n"
+        "CACHE_DIR = '/tmp/cache'\n"
+        "_t = threading.Thread(target=_prefetch, name='prefetch')\n"
+        "_t.start()\n"
+        "_t.join()\n")
+    proc = start([script(tmp_path, "import warmcache\n", "main.py")], logdir, **QUIET)
+    rep, res = stalled_report(logdir, proc)
+    cause = only(rep, "import-deadlock")
+    assert cause["text"].endswith("thread prefetch waits to import `warmcache` (_prefetch at warmcache.py:3), which "
+                                  "thread MainThread is importing and cannot finish: its top-level code waits in "
+                                  "join at warmcache.py:7 for thread prefetch: a deadlock"), cause["text"]
+    assert "top-level code" in cause["next"] and cause["threads"] == ["prefetch", "MainThread"]
+    assert [c["kind"] for c in rep["causes"]] == ["import-deadlock"]  # not also a join cause
+    leads(res, cause)
+
+
 def test_join_names_the_joined_thread_and_where_it_is(tmp_path, logdir):
     proc = start([script(tmp_path, """
         import threading

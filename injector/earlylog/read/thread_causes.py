@@ -108,10 +108,20 @@ def _stalled(d, p, parent):
     cycles = _cycles(threads, by_ident)
     in_cycle = {t.ident for c in cycles for t in c}
     out = [_deadlock(d, c) for c in cycles] + _starved(d, threads)
+    importing = {}  # ident of a thread whose import another thread waits for -> that waiter
     for t in threads:
+        if t.wait and t.wait["kind"] == "import" and not t.busy:
+            found = _import(d, t, by_ident)
+            out += found
+            if found:
+                importing[_holder(t, by_ident)[0].ident] = t
+    for t in threads:
+        if t.ident in importing and _holder(t, by_ident)[0] is importing[t.ident]:
+            continue  # the import deadlock above tells this lock wait
         if t.wait and t.wait["kind"] in _LOCKS and t.ident not in in_cycle and not t.busy:
             out += (p.forked and _fork_copy(d, t, by_ident, parent)) or _lock(d, t, by_ident)
-        if t.joins and not t.busy and not _flush_for_parent(d, t, by_ident, parent):
+        if t.joins and not t.busy and not _flush_for_parent(d, t, by_ident, parent) and \
+                getattr(importing.get(t.ident), "ident", None) != t.joins["ident"]:
             out += _join(d, t, by_ident, in_cycle)
     return out + _shutdown(d, threads) + _deaths(d, p, threads) + _unmarked(d, threads) + _unset(d, threads)
 
@@ -196,6 +206,31 @@ def _lock(d, t, by_ident):
                           "function that has returned, or a thread that has ended)" % head,
                   "look for a %s.acquire() whose release() is skipped on some path (an exception, an early "
                   "return); `with %s:` releases on every path" % (expr, expr), [d["pid"]], [t.name])]
+
+
+def _import(d, t, by_ident):
+    """A thread waiting to import a module another thread of the process is importing: a deadlock
+    when the importer waits for that very thread (a thread started and joined at import time, or a
+    lock the waiting thread holds), else a wait on an import that does not end."""
+    holder, _facts = _holder(t, by_ident)
+    if holder is None or holder is t:
+        return []
+    module = t.wait["name"]
+    head = "%s: thread %s waits to import `%s` (%s), which thread %s is importing" % (
+        label(d), t.name, module, t.where(), holder.name)
+    if holder.joins and holder.joins["ident"] == t.ident:
+        how = "its top-level code waits in join at %s for thread %s" % (_place(holder.frame), t.name)
+    elif holder.wait and _holder(holder, by_ident)[0] is t:
+        how = "it waits for %s at %s, which thread %s holds" % (_what(holder.wait), _place(holder.frame), t.name)
+    else:
+        return [Cause("import", "%s, and thread %s %s" % (head, holder.name, holder.now()),
+                      "find why the import of `%s` does not end in thread %s" % (module, holder.name),
+                      [d["pid"]], [t.name, holder.name])]
+    return [Cause("import-deadlock", "%s and cannot finish: %s: a deadlock" % (head, how),
+                  "start no thread and wait for none (join, result(), a lock another thread may hold) in a "
+                  "module's top-level code: a thread that imports the module (or anything that imports it) "
+                  "waits for that import to end; move that code into a function the program calls after the "
+                  "import", [d["pid"]], [t.name, holder.name])]
 
 
 def _fork_copy(d, t, by_ident, parent):

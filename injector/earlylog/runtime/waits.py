@@ -4,7 +4,7 @@ the lock, queue, event, barrier, future or thread it waits on, named as the code
 RLock's owner; a thread whose frames sit inside a `with` block on it, or past an `acquire()` with
 no `release()` since). The lines, parsed by the reader (read/thread_causes.py):
   waits for: KIND NAME (TYPE at 0xADDR[, DETAIL])   KIND: lock, semaphore, condition, event,
-      queue, barrier, future; NAME `?` when unknown; DETAIL for a queue `get`, `put` or `join, N
+      queue, barrier, future, import (NAME: the module another thread is importing); NAME `?` when unknown; DETAIL for a queue `get`, `put` or `join, N
       unfinished, M queued`, for a semaphore `N free`, for a barrier `N of M arrived`, for a
       future `not started`
   held by: WHO[; with block at FILE:LINE in FUNC | ; acquire() at FILE:LINE in FUNC, not released since]
@@ -89,6 +89,11 @@ def notes(ident, frame, frames, threads):
             out += ["  in signal handler: %s, %s" % pair for pair in _interrupted_by(frame)]
         elif kind == "event":
             out += ["  set by: the %s handler %s" % pair for pair in handlers(obj)]
+        elif kind == "import":
+            owner = _field(obj, "owner")
+            if type(owner) is int and owner:
+                out.append("  held by: " + ("this thread itself" if owner == ident else "thread %s (ident 0x%x)" % (
+                    _thread_name(threads.get(owner), owner), owner)))
         return out
     except Exception:  # a frame or object we did not foresee: the dump goes on without these lines
         return []
@@ -111,6 +116,9 @@ def _waited(frame):
         if kind == "lock" and not _locked(obj):
             return None  # entering a free condition: it is getting it now
         return kind, obj, _name_of(caller, obj), call
+    module_lock = _import_lock(frame)
+    if module_lock is not None:
+        return module_lock
     if _module_of(frame) == "threading":
         return None  # its own locks (a finished program waiting in _shutdown): the reader tells those
     # No stdlib frame: blocked in C, in a lock's acquire() (`with lock:` too) or SimpleQueue.get().
@@ -122,6 +130,20 @@ def _waited(frame):
     # `with a, b:` before 3.13 cannot tell its items apart: the ones entered first are held
     # (locked) by this very thread, so the last locked one is the one it waits for.
     return waits[-1] if waits else None
+
+
+def _import_lock(frame):
+    """("import", lock, module name, "acquire") when frame is importlib waiting for a module's
+    import lock: another thread is importing that module (imports run under a lock per module)."""
+    if frame.f_code.co_name != "acquire" or frame.f_code.co_filename != "<frozen importlib._bootstrap>":
+        return None
+    this = _local(frame, "self")
+    bootstrap = sys.modules.get("_frozen_importlib")
+    cls = vars(bootstrap).get("_ModuleLock") if bootstrap is not None else None
+    if cls is None or type(this) is not cls:
+        return None
+    name = _field(this, "name")
+    return "import", this, name if type(name) is str else None, "acquire"
 
 
 def _sync_frame(frame):
@@ -184,6 +206,8 @@ def _rlock_owner(lock):
 def _label(obj):
     """`threading.Lock at 0x7f..[, detail]`."""
     addr = "0x%x" % id(obj)
+    if type(obj).__name__ == "_ModuleLock" and type(obj).__module__ in ("_frozen_importlib", "importlib._bootstrap"):
+        return "importlib._ModuleLock at " + addr
     if type(obj) is _LOCK:
         return "threading.Lock at " + addr
     if _RLOCK is not None and type(obj) is _RLOCK:
