@@ -374,3 +374,15 @@ def test_a_multi_line_exception_is_summed_up_by_its_first_line_with_words(tmp_pa
     assert p["exception"]["text"] == text  # whole in the JSON
     assert p["summary"] == ("exited with status 1 after 0.3 s: torch.distributed.elastic.multiprocessing.errors."
                             "ChildFailedError: train.py FAILED (5 more lines) in <module> at torchrun:8")
+
+
+def test_a_sigterm_after_the_exit_record_is_how_the_process_really_ended(tmp_path):
+    # torchrun stops the other ranks with SIGTERM as one fails: a rank already exiting writes its
+    # exit record, then dies of the SIGTERM during its shutdown; its parent sees -15.
+    write(tmp_path, 7, [(0, "start", "pid 7 (parent 1) argv python train.py; log x (via pth)", ()),
+                        (1, "exit", "status 1 after 1.000 s; uncaught RuntimeError", ()),
+                        (None, None, "Current thread 0x00007f0000000001 (most recent call first):", ()),
+                        (None, None, '  File "/app/train.py", line 9 in <module>', ())], tag="rank0")
+    (p,) = verdict.judge(logread.read(str(tmp_path)), now=T0 + 60)["processes"]
+    assert p["state"] == "failed" and p["summary"].endswith(
+        "; then it received SIGTERM during its shutdown (its parent sees -15)"), p["summary"]

@@ -106,7 +106,7 @@ Raised = namedtuple("Raised", "text frames cut")  # cut: lines of its traceback 
 # A thread that ended with an exception (`exception: in thread NAME: ...`): name, what, where, when.
 Died = namedtuple("Died", "thread text frames time")
 # A signal's stack (faulthandler's bare block at SIGTERM): what happened, when, which threads.
-Signalled = namedtuple("Signalled", "text time threads")
+Signalled = namedtuple("Signalled", "text time threads after_exit")  # after_exit: it came after the exit record
 
 
 class Block:
@@ -503,7 +503,7 @@ def _close_block(p):
     elif kind == "fatal":
         p.crash = {"what": text, "time": when, "threads": threads}
     elif kind == "signal":
-        p.signal = Signalled(text, when, threads)
+        p.signal = Signalled(text, when, threads, p.exit_status is not None)
 
 
 def _stall(p, when, text):

@@ -189,6 +189,10 @@ def _exited(d, p):
     elif _lost_work(d):
         d["summary"] += ", but %s in %s" % (first_line(d["exception"]["text"]),
                                             where(frame_tuple(d["exception"]["frame"])))
+    if p.signal is not None and p.signal.after_exit:
+        # Its exit record is written before the interpreter shuts down; a supervisor's SIGTERM (torchrun
+        # stopping the other ranks) can still end it there, and the status its parent sees is -15.
+        d["summary"] += "; then it %s during its shutdown (its parent sees -15)" % p.signal.text
 
 
 # An error that ended a part of a process that exits 0 all the same: the work of a thread that
