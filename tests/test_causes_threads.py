@@ -196,6 +196,25 @@ def test_a_thread_started_and_joined_at_import_is_an_import_deadlock(tmp_path, l
     leads(res, cause)
 
 
+def test_a_child_forked_while_a_thread_imports_names_the_copied_import_lock(tmp_path, logdir):
+    (tmp_path / "heavy.py").write_text("import time\ntime.sleep(2)  # a large package's import\n")
+    proc = start([script(tmp_path, """
+        import os, sys, threading, time
+        sys.path.insert(0, os.path.dirname(__file__))
+        threading.Thread(target=__import__, args=("heavy",), name="loader", daemon=True).start()
+        time.sleep(0.5)
+        if os.fork() == 0:
+            import heavy  # its import lock was held by the parent's loader thread at the fork
+            os._exit(0)
+        os.wait()
+        """, "prefork.py")], logdir, **QUIET)
+    rep, res = stalled_report(logdir, proc, dumps=2, needle="waits for: import heavy")
+    cause = only(rep, "fork-lock")
+    assert "thread MainThread waits for import `heavy` in <module> at prefork.py:7, held by no thread of this " \
+           "process: it was made by fork() from pid %d while thread loader ran there" % proc.pid in cause["text"]
+    leads(res, cause)
+
+
 def test_join_names_the_joined_thread_and_where_it_is(tmp_path, logdir):
     proc = start([script(tmp_path, """
         import threading

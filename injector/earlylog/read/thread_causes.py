@@ -111,9 +111,10 @@ def _stalled(d, p, parent):
     importing = {}  # ident of a thread whose import another thread waits for -> that waiter
     for t in threads:
         if t.wait and t.wait["kind"] == "import" and not t.busy:
-            found = _import(d, t, by_ident)
+            copied = p.forked and _fork_copy(d, t, by_ident, parent)
+            found = copied or _import(d, t, by_ident)
             out += found
-            if found:
+            if found and not copied:
                 importing[_holder(t, by_ident)[0].ident] = t
     for t in threads:
         if t.ident in importing and _holder(t, by_ident)[0] is importing[t.ident]:

@@ -92,8 +92,10 @@ def notes(ident, frame, frames, threads):
         elif kind == "import":
             owner = _field(obj, "owner")
             if type(owner) is int and owner:
+                # A thread that is gone: in a child of fork(), one of the parent's, importing at the fork.
                 out.append("  held by: " + ("this thread itself" if owner == ident else "thread %s (ident 0x%x)" % (
-                    _thread_name(threads.get(owner), owner), owner)))
+                    _thread_name(threads.get(owner), owner), owner) if owner in frames else
+                    "a thread no longer running (ident 0x%x)" % owner))
         return out
     except Exception:  # a frame or object we did not foresee: the dump goes on without these lines
         return []
