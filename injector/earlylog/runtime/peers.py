@@ -95,7 +95,7 @@ def _popen(frame):
     """The running subprocess.Popen whose wait or communicate this thread is in, or None."""
     subprocess = sys.modules.get("subprocess")
     path = getattr(subprocess, "__file__", None)
-    for f in _frames(frame, MAX_FRAMES):
+    for f in waits.outward(frame, MAX_FRAMES):
         if path is None or f.f_code.co_filename != path:
             continue
         obj = waits.frame_locals(f).get("self")
@@ -333,7 +333,7 @@ def _polled_sockets(frame):
     kinds = tuple(k for k in (getattr(mod, "socket", None), getattr(sys.modules.get("ssl"), "SSLSocket", None))
                   if isinstance(k, type) and issubclass(k, _socket.socket))
     fds = []
-    for f in _frames(frame, SOCKET_FRAMES):
+    for f in waits.outward(frame, SOCKET_FRAMES):
         if f.f_code.co_name in ("select", "poll", "run_forever", "_run_once"):
             return []
         for value in list(waits.frame_locals(f).values()):
@@ -457,7 +457,7 @@ def _sqlite_locks():
 def _filelock_path(frame):
     """The lock file a filelock acquire() in these frames tries to take: the `lock_filename` its
     retry loop keeps (filelock 3 in acquire, 4 in _poll_until_acquired)."""
-    for f in _frames(frame, MAX_FRAMES):
+    for f in waits.outward(frame, MAX_FRAMES):
         module = f.f_globals.get("__name__")
         if type(module) is str and module.split(".")[0] == "filelock":
             path = waits.frame_locals(f).get("lock_filename")
@@ -510,13 +510,6 @@ def _stat(path):
 
 
 # --- small readers -------------------------------------------------------------------------------
-
-def _frames(frame, limit):
-    while frame is not None and limit > 0:
-        yield frame
-        frame = frame.f_back
-        limit -= 1
-
 
 def _link(path):
     try:

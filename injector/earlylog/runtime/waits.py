@@ -292,13 +292,14 @@ def _interrupted_by(frame):
     codes = {}
     for name, where, function in _handler_functions():
         codes.setdefault(function.__code__, (name, where))
-    for f in _frames_out(frame, MAX_FRAMES):
+    for f in outward(frame, MAX_FRAMES):
         if f.f_code in codes:
             return [codes[f.f_code]]
     return []
 
 
-def _frames_out(frame, limit):
+def outward(frame, limit):
+    """frame and its callers, innermost first, at most limit of them."""
     while frame is not None and limit > 0:
         yield frame
         frame = frame.f_back
