@@ -2,17 +2,15 @@
 It must only read /proc and /sys, and offer a line only when something moved (an idle log stays short)."""
 import os
 
+from earlylog.runtime import threads
+
 MOVED = 0.10       # a change of this share (or of STEP bytes) is worth a new line
 STEP = 256 << 20
 _MIB = 1 << 20
 
 
 def _read(path):
-    try:
-        with open(path, "rb") as f:
-            return f.read().decode("ascii", "replace")
-    except OSError:
-        return ""
+    return (threads.read(path) or b"").decode("ascii", "replace")
 
 
 def _cgroup_files():

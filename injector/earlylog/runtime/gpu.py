@@ -2,17 +2,18 @@
 It must never wait on nvidia-smi past its timeout (it hangs when the driver does) nor import CUDA."""
 import os
 
+from earlylog.runtime import threads
+
 SMI_TIMEOUT = 10.0  # seconds; nvidia-smi answers in well under 1 s on a healthy machine
 SMI_FIELDS = "index,name,driver_version,memory.total,memory.used,utilization.gpu"
 
 
 def driver_version():
     """The kernel module's version from /proc/driver/nvidia/version, or None without a driver."""
-    try:
-        with open("/proc/driver/nvidia/version") as f:
-            first = f.readline()
-    except OSError:
+    data = threads.read("/proc/driver/nvidia/version", 4096)
+    if data is None:
         return None
+    first = data.decode("ascii", "replace").partition("\n")[0]
     # `NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 01:44:30 UTC 2024`
     for word in first.split():
         if word[:1].isdigit() and "." in word:

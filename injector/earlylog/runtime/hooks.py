@@ -208,10 +208,11 @@ def _unseen():
 def _at_exit():
     """Registered first, so it runs last: after the user's own atexit callbacks."""
     try:
-        from earlylog.runtime import stdio
+        from earlylog.runtime import stdio, threads
         for tee in stdio.tees():
             tee.drain()
         _record()
+        threads.quiesce()  # no thread of ours may be inside an import when the interpreter finalizes
     except Exception:  # never let an exception reach the application
         pass
 

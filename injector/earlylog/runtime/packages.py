@@ -3,6 +3,9 @@ It must not import the packages nor importlib.metadata (email, zipfile, csv: ~10
 import os
 import sys
 
+from earlylog.runtime import threads
+
+MAX_HEADERS = 256 << 10  # bytes read of a METADATA file (its headers come first) or of torch/version.py
 # The packages whose versions explain most training start-up hangs and crashes, in log order.
 WATCHED = ("torch", "torchvision", "torchaudio", "triton", "xformers", "flash-attn", "bitsandbytes",
            "deepspeed", "accelerate", "transformers", "diffusers", "peft", "safetensors", "numpy",
@@ -37,16 +40,15 @@ def requires(folder):
     """The Requires-Dist lines of a distribution's METADATA (headers only, not the long text)."""
     out = []
     for leaf in ("METADATA", "PKG-INFO"):
-        try:
-            with open(os.path.join(folder, leaf), encoding="utf-8", errors="replace") as f:
-                for line in f:
-                    if not line.strip():
-                        break
-                    if line.startswith("Requires-Dist:"):
-                        out.append(line[len("Requires-Dist:"):].strip())
-            return out
-        except OSError:
+        data = threads.read(os.path.join(folder, leaf), MAX_HEADERS)
+        if data is None:
             continue
+        for line in data.decode("utf-8", "replace").splitlines():
+            if not line.strip():
+                break
+            if line.startswith("Requires-Dist:"):
+                out.append(line[len("Requires-Dist:"):].strip())
+        return out
     return out
 
 
@@ -69,16 +71,15 @@ def torch_build(found):
     if "torch" not in found:
         return None
     site = os.path.dirname(found["torch"][1])
-    build = {}
-    try:
-        with open(os.path.join(site, "torch", "version.py"), encoding="utf-8") as f:
-            for line in f:
-                key = line.split("=")[0].split(":")[0].strip()
-                if key in ("cuda", "hip") and "=" in line:
-                    value = line.split("=", 1)[1].strip().strip("'\"")
-                    build[key] = None if value == "None" else value
-    except OSError:
+    data = threads.read(os.path.join(site, "torch", "version.py"), MAX_HEADERS)
+    if data is None:
         return None
+    build = {}
+    for line in data.decode("utf-8", "replace").splitlines():
+        key = line.split("=")[0].split(":")[0].strip()
+        if key in ("cuda", "hip") and "=" in line:
+            value = line.split("=", 1)[1].strip().strip("'\"")
+            build[key] = None if value == "None" else value
     return build
 
 

@@ -28,7 +28,7 @@ import sys
 import time
 from stat import S_ISREG
 
-from earlylog.runtime import kstate, redact, waits
+from earlylog.runtime import kstate, redact, threads, waits
 
 SCAN_SECONDS = 0.2      # the longest one search for a pipe's other end may take
 SCAN_PROCS = 4000       # ... and the most processes it looks at
@@ -370,23 +370,15 @@ def _tcp(inode):
     some socket listens on), in one pass: reading those tables costs milliseconds."""
     row, listening = None, set()
     for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
-        try:
-            with open(table, "rb") as f:
-                f.readline()  # the header
-                seen = 0
-                for line in f:
-                    seen += len(line)
-                    if seen > MAX_TABLE_BYTES:
-                        break
-                    fields = line.decode("ascii", "replace").split()
-                    if len(fields) < 10:
-                        continue
-                    if fields[3] == "0A":
-                        listening.add(fields[1].rpartition(":")[2])
-                    if fields[9] == inode:
-                        row = fields
-        except OSError:
-            continue
+        data = threads.read(table, MAX_TABLE_BYTES) or b""
+        for line in data.split(b"\n")[1:]:  # after the header
+            fields = line.decode("ascii", "replace").split()
+            if len(fields) < 10:
+                continue
+            if fields[3] == "0A":
+                listening.add(fields[1].rpartition(":")[2])
+            if fields[9] == inode:
+                row = fields
     return row, listening
 
 
@@ -519,8 +511,4 @@ def _link(path):
 
 
 def _read(path, limit=65536):
-    try:
-        with open(path, "rb") as f:
-            return f.read(limit).decode("utf-8", "replace")
-    except OSError:
-        return ""
+    return (threads.read(path, limit) or b"").decode("utf-8", "replace")

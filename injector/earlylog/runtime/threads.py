@@ -24,6 +24,38 @@ def gated(call, *args):
         return call(*args)
 
 
+def read(path, limit=1 << 20):
+    """The first `limit` bytes of a file, or None when it cannot be read: for our threads, through a
+    bare descriptor. A Python file object holds a lock while it reads; finalization kills a daemon
+    thread when it next takes the GIL, and one killed mid-read leaves that lock held, so freeing
+    the object at the interpreter's end aborts the process."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        chunks, size = [], 0
+        while size < limit:
+            chunk = os.read(fd, min(65536, limit - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def quiesce():
+    """At exit, before the interpreter finalizes: wait (FORK_WAIT at most) for an import of ours to
+    finish, and keep any other from starting. Finalization kills a daemon thread when it next takes
+    the GIL; one killed inside an import (reading a module's file) leaves that file's lock held,
+    and freeing what it left aborts or corrupts the process as it ends. The gate stays held."""
+    _gate[0].acquire(timeout=FORK_WAIT)
+
+
 def _hold_fork():
     # Two threads may fork at once, and one may give up waiting while the other holds the gate: the
     # holder's ident, not a flag, says who releases it.
