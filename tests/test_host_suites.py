@@ -50,6 +50,10 @@ INHERENT = {
     "console is on)": [
         "test.test_subprocess.POSIXProcessTestCase.test_pass_fds_redirected",
     ],
+    "a child of fork() gets earlylog's watchdog thread at once: sys._current_frames() in the child "
+    "lists it as soon as it has run (on a loaded machine, before the child's first lines)": [
+        "test.test_threading.ThreadJoinOnShutdown.test_clear_threads_states_after_fork",
+    ],
     "faulthandler's dump of all threads, which the program asks for, lists earlylog's watchdog "
     "thread too": ["test.test_faulthandler.FaultHandlerTests." + name for name in (
         "test_dump_traceback_later", "test_dump_traceback_later_fd", "test_dump_traceback_later_file",
