@@ -42,3 +42,8 @@ def first_line(text):
     words = [line.strip() for line in [message] + lines[1:] if any(c.isalnum() for c in line)]
     more = len(lines) - 1
     return "%s: %s (%d more line%s)" % (head, words[0] if words else "", more, "" if more == 1 else "s")
+
+
+def busy(stall_text):
+    """Does a `stall:` line say the process was computing (`; busy: CPU time still rising ...`)?"""
+    return "; busy: " in (stall_text or "")

@@ -9,7 +9,7 @@ names no process that no note or log names: what is not known is said to be unkn
 import re
 import time
 
-from earlylog.read.causes import Cause, secs
+from earlylog.read.causes import Cause, busy, secs
 from earlylog.read.frames import frame_tuple, is_file, library, where
 
 _CHILD = re.compile(r"^pid (\d+) \((.*?)\), state (\S) \(([^)]*)\)(.*)$")
@@ -63,7 +63,7 @@ def _stuck_at_end(d):
     stuck (docs/design.md#busy-is-not-stuck)."""
     if d["stall"] is None or d["idle"]:
         return False
-    return d["state"] == "stalled" or (d["state"] in ("vanished", "killed") and "; busy: " not in (d["stall"]["text"] or ""))
+    return d["state"] == "stalled" or (d["state"] in ("vanished", "killed") and not busy(d["stall"]["text"]))
 
 
 class _Seen:

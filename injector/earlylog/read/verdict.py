@@ -8,7 +8,7 @@ import time
 
 from earlylog import __version__
 from earlylog.read import idle, known, process_causes, thread_causes
-from earlylog.read.causes import first_line, label, secs
+from earlylog.read.causes import busy, first_line, label, secs
 from earlylog.read.frames import (call_name, frame_dict, frame_tuple, in_event_loop, library, task_chains, user_frame,
                                   where)
 from earlylog.runtime import identity
@@ -145,10 +145,6 @@ def _stopped(d, p, now, letter):
         "; it had %s" % d["stall"]["summary"] if d["stall"] else "")
 
 
-# The stall line of a process whose CPU time still rose over the watchdog's sample.
-_BUSY = "; busy: "
-
-
 def _idle(d, p):
     """A stall whose threads all wait for work (an event loop, serve_forever, a pool's queue, a
     sleep loop), or whose worker pool titles it idle (`ray::IDLE`), is idleness, not a hang: state
@@ -156,7 +152,7 @@ def _idle(d, p):
     d["idle"] = idle.reason(p.stall["threads"]) or idle.by_title(p.title)
     if d["idle"] and d["state"] == "stalled":
         d["state"] = "idle"
-    elif d["state"] == "stalled" and _BUSY in (p.stall["text"] or ""):
+    elif d["state"] == "stalled" and busy(p.stall["text"]):
         d["state"] = "busy"  # its CPU time still rose: computing (docs/design.md#busy-is-not-stuck)
 
 

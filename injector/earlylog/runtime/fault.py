@@ -1,9 +1,10 @@
 """faulthandler, shared between the program and earlylog, and aimed at the log at start-up: crash
-stacks, SIGTERM's stacks and the GIL-free timer, the watchdog's C half. A process has one fatal-signal handler, one
-handler per registered signal and one timer; the program always wins each of them and sees
-exactly the state it made (`is_enabled()`, `unregister()`'s answer, its own file and timer), and
-earlylog aims them at its log wherever the program has not taken them, taking each back when the
-program gives it back. It must never change what the program set, nor raise into the program."""
+stacks, SIGTERM's stacks and the GIL-free timer, the watchdog's C half. A process has one
+fatal-signal handler, one handler per registered signal and one timer; the program always wins
+each of them and sees exactly the state it made (`is_enabled()`, `unregister()`'s answer, its own
+file and timer), and earlylog aims them at its log wherever the program has not taken them,
+taking each back when the program gives it back. It must never change what the program set, nor
+raise into the program."""
 import faulthandler
 import os
 import sys

@@ -6,7 +6,7 @@ import sys
 import time
 from _thread import get_ident
 
-from earlylog.runtime import state
+from earlylog.runtime import records, state
 
 # How the status is known, since atexit callbacks are not told it (by then the SystemExit is
 # gone: sys.exc_info() and sys.last_value are empty):
@@ -29,9 +29,6 @@ _main = None            # ident of the thread whose SystemExit ends the process
 _returned = False       # 3.12+: the __main__ code returned (else a SystemExit may be in flight)
 _MAIN_TOOLS = (4, 3)    # sys.monitoring ids no standard tool claims (debugger 0, coverage 1, ...)
 MAX_ARG = 200           # characters of an exit call's argument kept in the record
-# Folders of the standard library and installed packages: an exit called there (argparse, click)
-# is also placed at the program's own frame that led to it.
-_LIBRARIES = tuple({os.path.dirname(os.__file__) + os.sep} | {p + os.sep for p in sys.path if p.endswith("-packages")})
 
 
 def start(logger):
@@ -96,13 +93,14 @@ def _saw(value, how, caller=None):
 def _place(frame):
     """`main at train.py:12`; for a call in a library (argparse's exit), also the program's own
     frame that led there: `exit at argparse.py:2633, from main at train.py:12`."""
-    text = "%s at %s:%d" % (frame.f_code.co_name, os.path.basename(frame.f_code.co_filename), frame.f_lineno)
+    # The standard library's and installed packages' folders (found here, at exit, not at start-up).
+    libraries = tuple({os.path.dirname(os.__file__) + os.sep} | {p + os.sep for p in sys.path if p.endswith("-packages")})
     outer = frame
-    while outer is not None and outer.f_code.co_filename.startswith(_LIBRARIES):
+    while outer is not None and outer.f_code.co_filename.startswith(libraries):
         outer = outer.f_back
+    text = records.place(frame.f_code.co_name, frame.f_code.co_filename, frame.f_lineno)
     if outer is not None and outer is not frame:
-        text += ", from %s at %s:%d" % (outer.f_code.co_name, os.path.basename(outer.f_code.co_filename),
-                                        outer.f_lineno)
+        text += ", from " + records.place(outer.f_code.co_name, outer.f_code.co_filename, outer.f_lineno)
     return text
 
 

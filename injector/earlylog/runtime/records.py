@@ -13,6 +13,11 @@ KINDS = ("start", "exit", "exception", "signal", "fatal", "stall", "dump", "phas
 _PATTERNS = []
 
 
+
+def place(function, filename, line):
+    """`main at train.py:12`: where a call was made, as the runtime writes it and the reader reads it."""
+    return "%s at %s:%d" % (function, filename.rpartition("/")[2], line)
+
 def _patterns():
     if not _PATTERNS:
         import re

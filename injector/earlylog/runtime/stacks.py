@@ -2,11 +2,10 @@
 plus each pending asyncio task's await chain (`task NAME: FILE:LINE in CORO > ... > awaiting WHAT`,
 WHAT being `a Future`, `task NAME`, `gather of N tasks`, SERVER_READ or the object's repr) and the
 addresses the loop serves. It only reads; it must never block or raise."""
-import os
 import sys
 import time
 
-from earlylog.runtime import peers, threads as our_threads, waits
+from earlylog.runtime import peers, records, threads as our_threads, waits
 
 MAX_FRAMES = 40
 SERVER_READ = "a request on a connection its server accepted"  # what an idle server's handler awaits
@@ -150,8 +149,8 @@ def _client_read(coro):
     if not isinstance(sock, _socket.socket):
         return []
     text = peers.socket_line(_socket.socket.fileno(sock), "read")
-    return ["%s; awaited in %s at %s:%d" % (text, user.f_code.co_name, os.path.basename(user.f_code.co_filename),
-                                            user.f_lineno)] if text else []
+    return ["%s; awaited in %s" % (text, records.place(user.f_code.co_name, user.f_code.co_filename, user.f_lineno))] \
+        if text else []
 
 
 def _serving(loop):

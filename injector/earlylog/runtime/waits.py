@@ -4,9 +4,9 @@ the lock, queue, event, barrier, future or thread it waits on, named as the code
 RLock's owner; a thread whose frames sit inside a `with` block on it, or past an `acquire()` with
 no `release()` since). The lines, parsed by the reader (read/thread_causes.py):
   waits for: KIND NAME (TYPE at 0xADDR[, DETAIL])   KIND: lock, semaphore, condition, event,
-      queue, barrier, future, import (NAME: the module another thread is importing); NAME `?` when unknown; DETAIL for a queue `get`, `put` or `join, N
-      unfinished, M queued`, for a semaphore `N free`, for a barrier `N of M arrived`, for a
-      future `not started`
+      queue, barrier, future, import (NAME: the module another thread is importing); NAME `?`
+      when unknown; DETAIL for a queue `get`, `put` or `join, N unfinished, M queued`, for a
+      semaphore `N free`, for a barrier `N of M arrived`, for a future `not started`
   held by: WHO[; with block at FILE:LINE in FUNC | ; acquire() at FILE:LINE in FUNC, not released since]
       WHO: thread NAME (ident 0xID) | this thread itself | an unknown thread
            | a thread no longer running (ident 0xID)
@@ -23,6 +23,8 @@ and parses the functions on the stacks; what the sources say is kept for the nex
 import _collections
 import _thread
 import sys
+
+from earlylog.runtime import records
 
 MAX_FRAMES = 40       # frames looked at per thread, as in the dump itself
 MAX_SOURCE = 2000000  # characters: a larger file is parsed a function at a time only
@@ -140,12 +142,17 @@ def _import_lock(frame):
     if frame.f_code.co_name != "acquire" or frame.f_code.co_filename != "<frozen importlib._bootstrap>":
         return None
     this = _local(frame, "self")
-    bootstrap = sys.modules.get("_frozen_importlib")
-    cls = vars(bootstrap).get("_ModuleLock") if bootstrap is not None else None
-    if cls is None or type(this) is not cls:
+    if not _is_module_lock(this):
         return None
     name = _field(this, "name")
     return "import", this, name if type(name) is str else None, "acquire"
+
+
+def _is_module_lock(obj):
+    """Is obj exactly importlib's lock for one module's import?"""
+    bootstrap = sys.modules.get("_frozen_importlib")
+    cls = vars(bootstrap).get("_ModuleLock") if bootstrap is not None else None
+    return cls is not None and type(obj) is cls
 
 
 def _sync_frame(frame):
@@ -208,7 +215,7 @@ def _rlock_owner(lock):
 def _label(obj):
     """`threading.Lock at 0x7f..[, detail]`."""
     addr = "0x%x" % id(obj)
-    if type(obj).__name__ == "_ModuleLock" and type(obj).__module__ in ("_frozen_importlib", "importlib._bootstrap"):
+    if _is_module_lock(obj):
         return "importlib._ModuleLock at " + addr
     if type(obj) is _LOCK:
         return "threading.Lock at " + addr
@@ -263,12 +270,12 @@ def handlers(target=None):
     only those that reach it: it is among the names the handler's code reads (its globals, closure
     or bound instance), or those of a function of the module it calls, one level down. Read from
     the handlers' dicts and cells, never by calling them."""
-    return [(name, where) for name, where, function, handler in _handler_functions(True)
+    return [(name, where) for name, where, function, handler in _handler_functions()
             if target is None or _reaches(function, handler, target, 2)]
 
 
-def _handler_functions(with_handler=False):
-    """(signal name, `FUNC at FILE:LINE`, function[, handler]) of each Python handler in place."""
+def _handler_functions():
+    """(signal name, `FUNC at FILE:LINE`, function, handler) of each Python handler in place."""
     import _signal
     found = []
     for name in _SIGNALS:
@@ -281,8 +288,7 @@ def _handler_functions(with_handler=False):
         if function is None:
             continue
         code = function.__code__
-        where = "%s at %s:%d" % (code.co_name, code.co_filename.rpartition("/")[2], code.co_firstlineno)
-        found.append((name, where, function, handler) if with_handler else (name, where, function))
+        found.append((name, records.place(code.co_name, code.co_filename, code.co_firstlineno), function, handler))
     return found
 
 
@@ -290,7 +296,7 @@ def _interrupted_by(frame):
     """[(signal, handler)] for the program's signal handler this stack waits in, if any: Python runs
     a handler on top of whatever the main thread was doing, which may hold the very lock it wants."""
     codes = {}
-    for name, where, function in _handler_functions():
+    for name, where, function, _handler in _handler_functions():
         codes.setdefault(function.__code__, (name, where))
     for f in outward(frame, MAX_FRAMES):
         if f.f_code in codes:
