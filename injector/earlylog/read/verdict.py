@@ -440,6 +440,9 @@ def _waits_on_working_children(out, by_key):
     for d in reversed(out):
         if d["state"] != "stalled" or d["stall"] is None:
             continue
+        family = [by_key.get((d["host"], pid)) for pid in d["children"]]
+        if any(k is not None and k["state"] in TROUBLE for k in family):
+            continue  # the pipe it reads may be that child's: a working child holding it too says nothing
         children = set(d["children"])
         waited, others = [], False
         for t in d["stall"]["threads"]:
