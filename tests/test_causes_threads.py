@@ -197,21 +197,33 @@ def test_a_thread_started_and_joined_at_import_is_an_import_deadlock(tmp_path, l
 
 
 def test_a_child_forked_while_a_thread_imports_names_the_copied_import_lock(tmp_path, logdir):
+    # The child starts workers before it imports: one of them gets the stack, and so the ident,
+    # of the parent's loader thread, which the copied lock still names as its owner.
     (tmp_path / "heavy.py").write_text("import time\ntime.sleep(2)  # a large package's import\n")
     proc = start([script(tmp_path, """
         import os, sys, threading, time
         sys.path.insert(0, os.path.dirname(__file__))
-        threading.Thread(target=__import__, args=("heavy",), name="loader", daemon=True).start()
+        loader = threading.Thread(target=__import__, args=("heavy",), name="loader", daemon=True)
+        loader.start()
+        for _ in range(4):
+            threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
         time.sleep(0.5)
         if os.fork() == 0:
+            workers = [threading.Thread(target=time.sleep, args=(60,), name="worker", daemon=True) for _ in range(8)]
+            for w in workers:
+                w.start()
+            with open(os.path.join(os.path.dirname(__file__), "reused"), "w") as f:
+                f.write(str(any(w.ident == loader.ident for w in workers)))
             import heavy  # its import lock was held by the parent's loader thread at the fork
             os._exit(0)
         os.wait()
         """, "prefork.py")], logdir, **QUIET)
     rep, res = stalled_report(logdir, proc, dumps=2, needle="waits for: import heavy")
+    assert (tmp_path / "reused").read_text() == "True", "no worker got the loader's ident: the case is not staged"
     cause = only(rep, "fork-lock")
-    assert "thread MainThread waits for import `heavy` in <module> at prefork.py:7, held by no thread of this " \
-           "process: it was made by fork() from pid %d while thread loader ran there" % proc.pid in cause["text"]
+    assert "thread MainThread waits for import `heavy` in <module> at prefork.py:15, held by no thread of this " \
+           "process: it was made by fork() from pid %d while threads " % proc.pid in cause["text"]
+    assert "loader ran there" in cause["text"] and "worker" not in cause["text"]
     leads(res, cause)
 
 

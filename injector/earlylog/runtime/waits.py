@@ -95,9 +95,15 @@ def notes(ident, frame, frames, threads):
             owner = _field(obj, "owner")
             if type(owner) is int and owner:
                 # A thread that is gone: in a child of fork(), one of the parent's, importing at the fork.
-                out.append("  held by: " + ("this thread itself" if owner == ident else "thread %s (ident 0x%x)" % (
-                    _thread_name(threads.get(owner), owner), owner) if owner in frames else
-                    "a thread no longer running (ident 0x%x)" % owner))
+                # Its ident can be a running thread's again (a thread the child started may reuse
+                # the gone thread's stack, and so its ident): that one holds the lock only while
+                # it imports the module.
+                if owner == ident:
+                    out.append("  held by: this thread itself")
+                elif _importing(frames.get(owner), _field(obj, "name")):
+                    out.append("  held by: thread %s (ident 0x%x)" % (_thread_name(threads.get(owner), owner), owner))
+                else:
+                    out.append("  held by: a thread no longer running (ident 0x%x)" % owner)
         return out
     except Exception:  # a frame or object we did not foresee: the dump goes on without these lines
         return []
@@ -146,6 +152,15 @@ def _import_lock(frame):
         return None
     name = _field(this, "name")
     return "import", this, name if type(name) is str else None, "acquire"
+
+
+def _importing(frame, name):
+    """Is the stack ending in frame inside the import (or importlib.reload) of module `name`?"""
+    while frame is not None:
+        if frame.f_code.co_filename == "<frozen importlib._bootstrap>" and _local(frame, "name") == name:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _is_module_lock(obj):
