@@ -283,3 +283,75 @@ def test_a_program_that_never_imports_threading_still_exits(tmp_path, logdir):
     assert res.returncode == 0 and res.out == "False False\n", res.err
     text = res.text()
     assert "thread MainThread (tid" in text and "sleep(3)" in text and "exit: status 0" in text
+
+
+WORKER = """
+    import time
+    for step in range(12):
+        print("step", step, flush=True)
+        time.sleep(0.25)
+    """
+LAUNCHERS = {
+    "waits": """
+        import os, subprocess, sys
+        subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "worker.py")])
+        """,
+    "polls": """
+        import os, subprocess, sys, time
+        child = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "worker.py")])
+        while child.poll() is None:  # a monitor loop, as torchrun's launcher has
+            time.sleep(0.3)
+        """,
+}
+
+
+def _on_a_terminal(args, env):
+    """Run args with stdin, stdout and stderr on a new pseudo-terminal: (exit status, its text)."""
+    import pty
+    import select
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True)
+    os.close(slave)
+    chunks, deadline = [], time.monotonic() + TIMEOUT
+    try:
+        while time.monotonic() < deadline:
+            if select.select([master], [], [], 0.5)[0]:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:  # EIO: every process holding the terminal has ended
+                    break
+                if not data:
+                    break
+                chunks.append(data)
+            elif proc.poll() is not None:
+                break
+    finally:
+        os.close(master)
+    return proc.wait(TIMEOUT), b"".join(chunks).decode("utf-8", "replace")
+
+
+@pytest.mark.parametrize("how", sorted(LAUNCHERS))
+def test_a_launcher_on_a_terminal_leaves_its_working_childs_silence_to_the_childs_own_lines(tmp_path, logdir, how):
+    # torchrun in a terminal: the ranks print; the launcher, silent while it waits, must not print
+    # a stall line between their output at every 1, 2, 4 ... seconds of a healthy run.
+    script(tmp_path, WORKER, "worker.py")
+    status, shown = _on_a_terminal([PYTHON, script(tmp_path, LAUNCHERS[how], "launch.py")], _env(logdir))
+    assert status == 0 and "step 11" in shown, shown
+    launcher = [read(p) for p in log_files(logdir) if "-launch" in os.path.basename(p)][0]
+    stalls = [line for line in launcher.splitlines() if " stall: silent for" in line]
+    assert stalls and all("; waiting for child pid " in line and "(python worker.py); its own log says whether "
+                          "it is stuck; stacks in " in line for line in stalls), launcher
+    assert " stall: " not in shown, shown
+
+
+def test_a_launcher_whose_child_cannot_print_its_own_stall_lines_prints_what_it_waits_for(tmp_path, logdir):
+    # Its stderr is a pipe (a GUI reads it): a child of an earlylog process then keeps its console
+    # lines to its log, and the launcher's line, which names the child, is the only one shown.
+    script(tmp_path, WORKER.replace("range(12)", "range(6)").replace("print(", "(lambda *a, **k: None)("),
+           "worker.py")
+    res = run_python([script(tmp_path, LAUNCHERS["waits"], "launch.py")], logdir=logdir,
+                     env={**STALL, "EARLYLOG_CONSOLE": "stderr"})
+    assert res.returncode == 0
+    shown = [line for line in res.err.splitlines() if " stall: silent for 1 s" in line]
+    assert len(shown) == 1 and "launch stall: silent for 1 s; waiting for child pid " in shown[0], res.err
+    assert "(python worker.py); its own log says whether it is stuck" in shown[0]

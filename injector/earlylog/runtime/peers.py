@@ -28,7 +28,8 @@ import sys
 import time
 from stat import S_ISREG
 
-from earlylog.runtime import kstate, redact, threads, waits
+from earlylog import enabled
+from earlylog.runtime import kstate, redact, sinks, threads, waits
 
 SCAN_SECONDS = 0.2      # the longest one search for a pipe's other end may take
 SCAN_PROCS = 4000       # ... and the most processes it looks at
@@ -75,6 +76,50 @@ def _waited(name, args, popen):
     if name == "waitid":  # P_ALL, P_PGID: any child
         return _children()[:MAX_CHILDREN]
     return [vars(popen)["pid"]] if popen is not None else []
+
+
+def waited_children(tid, frame):
+    """(pids, logged, printed) for the living children a thread waits for: the ones its wait call or
+    Popen names or, while it sleeps in a monitor loop (torchrun's launcher), every child of the
+    process when each one carries EARLYLOG on. logged: each has a log of its own that says whether
+    it is stuck; printed: each one's stall lines also reach a terminal (an earlylog process's child
+    prints its console lines only there). ([], False, False) for a thread waiting on anything else."""
+    try:
+        name, _number, args = kstate.syscall(tid) or (None, None, None)
+        pids = [pid for pid in _waited(name, args, _popen(frame)) if _state(pid) not in (None, "Z")]
+        sleeping = not pids and name == "sleep"
+        if sleeping:
+            pids = [pid for pid in _children() if _state(pid) not in (None, "Z")]
+        envs = [_environ(pid) for pid in pids]
+        logged = bool(pids) and all(enabled(env) for env in envs)
+        if sleeping and not logged:
+            return [], False, False
+        printed = logged and all(_prints(pid, env) for pid, env in zip(pids, envs))
+        return pids, logged, printed
+    except Exception:  # a child that changed under us: nothing is said about it
+        return [], False, False
+
+
+def _environ(pid):
+    """The EARLYLOG* variables a process was started with, {} when they cannot be read."""
+    raw = threads.read("/proc/%d/environ" % pid, 1 << 20) or b""
+    pairs = (entry.decode("utf-8", "replace").partition("=") for entry in raw.split(b"\0")
+             if entry.startswith(b"EARLYLOG"))
+    return {key: value for key, _eq, value in pairs}
+
+
+def _prints(pid, env):
+    """Does this child of an earlylog process write its console lines (sinks.earlylog_parent: only
+    to a terminal)?"""
+    mode = env.get("EARLYLOG_CONSOLE", "stderr").strip().lower()
+    fd = sinks.CONSOLE_FDS.get(mode, 2)  # a value it does not know: it warns and takes the default
+    if fd is None:
+        return False
+    try:
+        link = os.readlink("/proc/%d/fd/%d" % (pid, fd))
+    except OSError:
+        return False
+    return link.startswith(("/dev/pts/", "/dev/tty"))
 
 
 def _signed(value):

@@ -152,7 +152,8 @@ def _env(facts):
     more = ["%s=%s" % (n, redact.value(n, os.environ[n])) for n in names]
     path = os.environ.get("PATH", "").split(os.pathsep)
     more.append("PATH=%s%s" % (os.pathsep.join(path[:5]), os.pathsep + "..." if len(path) > 5 else ""))
-    return "%d variables that matter for training (secret-named values shown as %s)" % (len(names), redact.MASK), more
+    return "%d variables that matter for training, then PATH (secret-named values shown as %s)" % (
+        len(names), redact.MASK), more
 
 
 def _machine(facts):

@@ -10,7 +10,7 @@ import time
 
 from earlylog.runtime import identity, records
 
-_CONSOLE_FDS = {"stderr": 2, "stdout": 1}
+CONSOLE_FDS = {"stderr": 2, "stdout": 1, "off": None}  # EARLYLOG_CONSOLE -> the fd it writes to
 _now, _monotonic, _write = time.time, time.monotonic, os.write  # looked up once: every line uses them
 # Our descriptors sit at this number and up, far above the low numbers a program's open() gets:
 # a program that closes every fd and opens its own files never takes ours
@@ -205,7 +205,7 @@ def earlylog_parent(config):
     data (compares it, parses it, fails on anything there), and so do programs that swap their own
     stderr before they start a child. The first process of a tree keeps its console lines
     (a launcher such as Node.js shows them), and so does any process writing to a terminal."""
-    fd = _CONSOLE_FDS.get(config.console)
+    fd = CONSOLE_FDS.get(config.console)
     folder = config.dir or (os.path.dirname(config.file) if config.file else None)
     if fd is None or folder is None:
         return None  # no console, or the first process of a default run: no earlylog parent
@@ -239,7 +239,7 @@ class Console:
         self.utf8 = True  # the log file's bytes are this console's bytes too
         if mode == "off":
             return
-        fd = _CONSOLE_FDS[mode]
+        fd = CONSOLE_FDS[mode]
         try:
             st = os.fstat(fd)
         except OSError:

@@ -18,6 +18,25 @@ def _stacks():
     return stacks
 
 
+def _waiting_for_children():
+    """(`waiting for child pid 812 (python train.py)...` or None, whether those children print their
+    own stall lines on a terminal) for a main thread that waits for children or sleeps while they run."""
+    from earlylog.runtime import peers
+    main = threads.main_ident()
+    tid, frame = threads.native_ids().get(main), sys._current_frames().get(main)
+    if not tid or frame is None:
+        return None, False
+    children, logged, printed = peers.waited_children(tid, frame)
+    if not children:
+        return None, False
+    named = ", ".join("pid %d (%s)" % (pid, peers.command(pid) or "?") for pid in children[:3])
+    if len(children) > 3:
+        named += " and %d more" % (len(children) - 3)
+    own = "; %s own log%s whether %s stuck" % (("its", " says", "it is") if len(children) == 1 else
+                                              ("their", "s say", "they are")) if logged else ""
+    return "waiting for child%s %s%s" % ("" if len(children) == 1 else "ren", named, own), printed
+
+
 def _sampler():
     from earlylog.runtime import breadcrumbs
     return breadcrumbs.Sampler()
@@ -136,13 +155,17 @@ class Watchdog:
         from earlylog.runtime import phases
         phase = phases.describe(threads.main_ident()) or next(
             (phases.describe(tid) for tid in phases.current()), "")
+        waiting, printed = None, False
         if busy:
             state = "busy: CPU time still rising (%d%% of a core), computing rather than hung" % round(whole * 100)
         else:
-            state = "blocked: no CPU used; each thread below says on what"
+            waiting, printed = _waiting_for_children()
+            state = waiting or "blocked: no CPU used; each thread below says on what"
+        # A launcher waiting for children whose own stall lines reach the terminal would only repeat
+        # them there, and alarm about a healthy run while they work: its line stays in its log.
         self._quiet("stall", "silent for %.0f s%s; %s; stacks in %s" % (
             silence, " (phase %s)" % phase if phase else "", state, self.logger.path or "the console"),
-            console=True)
+            console=None if printed else True)
         self._dump("stall after %.0f s of silence" % silence, shares)
 
     def dump(self, reason):
