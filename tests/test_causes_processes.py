@@ -9,8 +9,10 @@ evidence and its next step."""
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
+import time
 
 import pytest
 
@@ -707,3 +709,37 @@ def test_a_prompt_printed_with_a_newline_is_named(tmp_path):
     assert 'after printing "Password:"' in cause["text"] and "pid 49 (node gui.js)" in cause["text"]
     assert "stdio: ['ignore'" in cause["next"]
 
+
+
+@pytest.mark.parametrize("how", ["sigkill", "exception"])
+def test_children_left_running_by_a_parent_that_ended_in_trouble_are_named_with_how_to_end_them(tmp_path, logdir,
+                                                                                               how):
+    # A launcher SIGKILLed (a GUI's stop button, an OOM kill) or failing after it started its
+    # workers: the workers run on, holding the GPU, and the next run finds it taken.
+    script(tmp_path, "import threading\nthreading.Event().wait(60)  # a worker that waits for work\n", "worker.py")
+    proc = start([script(tmp_path, """
+        import os, subprocess, sys, time
+        worker = os.path.join(os.path.dirname(__file__), "worker.py")
+        workers = [subprocess.Popen([sys.executable, worker]) for _ in range(2)]
+        time.sleep(1.5)
+        if sys.argv[1] == "exception":
+            raise RuntimeError("config error after the workers started")
+        time.sleep(60)
+        """, "launch.py"), how], logdir, **QUIET)
+    try:
+        wait_for(lambda: sum("-worker" in os.path.basename(f) for f in log_files(logdir)) == 2)
+        if how == "sigkill":
+            time.sleep(1)
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        rep, text = reported(proc, logdir, "orphan")
+    finally:
+        kill_tree(proc)
+    (cause,) = causes(rep, "orphan")
+    workers = sorted(p["pid"] for p in rep["processes"] if p["tag"] == "worker")
+    ended = "vanished (no exit record: SIGKILL" if how == "sigkill" else "exited with an error"
+    assert cause["text"].startswith("pid %d (worker) and pid %d (worker) still run after their parent pid %d "
+                                    "(launch) %s" % (workers[0], workers[1], proc.pid, ended)), cause["text"]
+    assert cause["next"].startswith("end them: `kill %d %d`" % tuple(workers))
+    assert ("Ctrl-C or SIGTERM" if how == "sigkill" else "`proc.terminate()` in a `finally:`") in cause["next"]
+    assert leads(text, cause), text

@@ -9,7 +9,7 @@ names no process that no note or log names: what is not known is said to be unkn
 import re
 import time
 
-from earlylog.read.causes import Cause, busy, secs
+from earlylog.read.causes import Cause, busy, label, secs
 from earlylog.read.frames import frame_tuple, is_file, library, where
 
 _CHILD = re.compile(r"^pid (\d+) \((.*?)\), state (\S) \(([^)]*)\)(.*)$")
@@ -54,6 +54,35 @@ def find(report, folder):
                 if cause is not None:
                     found.append(cause)
                     told.add(frozenset(cause.pids[:2]))
+    return found + _orphans(report["processes"], procs)
+
+
+def _orphans(processes, procs):
+    """Processes still running (checked here) after their parent ended in trouble (killed,
+    vanished, crashed, failed): nothing stops them now, and they keep what they hold (GPU memory,
+    a port, a lock). One cause per parent."""
+    by_parent = {}
+    for d in processes:
+        parent = procs.get((d["host"], d["ppid"]))
+        # multiprocessing's helpers end by themselves once the pipe from their parent closes.
+        if d["kernel_state"] and parent is not None and parent["state"] in _LOST and d["tag"] not in _HELPERS:
+            by_parent.setdefault((parent["host"], parent["pid"]), []).append(d)
+    found = []
+    for key, kids in sorted(by_parent.items()):
+        parent, kids = procs[key], sorted(kids, key=lambda k: k["pid"])
+        one = len(kids) == 1
+        names = [label(k) for k in kids]
+        text = "%s still run%s after %s parent pid %d (%s) %s: nothing will stop %s now, and %s on to what %s " \
+               "took (GPU memory, ports, file locks)" % (
+                   names[0] if one else ", ".join(names[:-1]) + " and " + names[-1], "s" if one else "",
+                   "its" if one else "their", parent["pid"], parent["tag"], _LOST[parent["state"]],
+                   "it" if one else "them", "it holds" if one else "they hold", "it" if one else "they")
+        how = "a process killed with SIGKILL cannot end its children: stop a launcher with Ctrl-C or SIGTERM" \
+            if parent["state"] == "vanished" else "have the parent end its children on its way out " \
+            "(`proc.terminate()` in a `finally:`, `daemon=True` for multiprocessing workers)"
+        next_step = "end %s: `kill %s` (`kill -9` for any still there a few seconds later); %s" % (
+            "it" if one else "them", " ".join(str(k["pid"]) for k in kids), how)
+        found.append(Cause("orphan", text, next_step, [k["pid"] for k in kids] + [parent["pid"]]))
     return found
 
 

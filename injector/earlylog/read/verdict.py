@@ -663,6 +663,8 @@ def _parents(out, by_key, explained, stragglers, told):
         if live:
             what = ("is stalled in %s" % where(frame_tuple(kid["where"]))) if kid["state"] == "stalled" \
                 else "ended (%s)" % kid["summary"]
+        elif kid["kernel_state"]:
+            what = "is still stalled in %s" % where(frame_tuple(kid["where"]))  # an orphan: a cause of its own
         else:
             what = "had stalled in %s when they ended" % where(frame_tuple(kid["where"]))
         lines.append("pid %d (%s) %s%s for child %d (%s), which %s" % (
