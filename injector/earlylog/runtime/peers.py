@@ -18,11 +18,12 @@ socket. The lines, parsed by the reader (read/process_causes.py):
   file lock: PATH (flock|fcntl|filelock|sqlite); HOLDERS
       HOLDERS: `held by pid N (COMMAND)[, pid M (COMMAND)]`, `... by this process`, `no process
       holds a lock on it`, `held by an open file description lock (no pid)`, `holders not known (WHY)`
-It runs in the watchdog thread at dump time only. It must never read from, write to or keep an
-inspected fd (it reads /proc links, fdinfo and queue sizes), never run the program's code (objects
-are looked into only when their type is exactly the standard library's), never block (the search
-through other processes' fds stops after SCAN_SECONDS), and never raise: what cannot be read is
-left out. Command lines go through redact.argv."""
+Also, for the stall line, the living children a waiting or sleeping main thread leaves to speak
+for themselves (waited_children). It runs in the watchdog thread at dump time only. It must never
+read from, write to or keep an inspected fd (it reads /proc links, fdinfo and queue sizes), never
+run the program's code (objects are looked into only when their type is exactly the standard
+library's), never block (the search through other processes' fds stops after SCAN_SECONDS), and
+never raise: what cannot be read is left out. Command lines go through redact.argv."""
 import os
 import sys
 import time
