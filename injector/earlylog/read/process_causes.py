@@ -70,18 +70,18 @@ def _orphans(processes, procs):
     found = []
     for key, kids in sorted(by_parent.items()):
         parent, kids = procs[key], sorted(kids, key=lambda k: k["pid"])
-        one = len(kids) == 1
         names = [label(k) for k in kids]
-        text = "%s still run%s after %s parent pid %d (%s) %s: nothing will stop %s now, and %s on to what %s " \
+        runs, its, it, they, hold = ("runs", "its", "it", "it", "holds") if len(kids) == 1 else \
+            ("run", "their", "them", "they", "hold")
+        text = "%s still %s after %s parent pid %d (%s) %s: nothing will stop %s now, and %s %s on to what %s " \
                "took (GPU memory, ports, file locks)" % (
-                   names[0] if one else ", ".join(names[:-1]) + " and " + names[-1], "s" if one else "",
-                   "its" if one else "their", parent["pid"], parent["tag"], _LOST[parent["state"]],
-                   "it" if one else "them", "it holds" if one else "they hold", "it" if one else "they")
+                   " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names), runs, its,
+                   parent["pid"], parent["tag"], _LOST[parent["state"]], it, they, hold, they)
         how = "a process killed with SIGKILL cannot end its children: stop a launcher with Ctrl-C or SIGTERM" \
             if parent["state"] == "vanished" else "have the parent end its children on its way out " \
             "(`proc.terminate()` in a `finally:`, `daemon=True` for multiprocessing workers)"
         next_step = "end %s: `kill %s` (`kill -9` for any still there a few seconds later); %s" % (
-            "it" if one else "them", " ".join(str(k["pid"]) for k in kids), how)
+            it, " ".join(str(k["pid"]) for k in kids), how)
         found.append(Cause("orphan", text, next_step, [k["pid"] for k in kids] + [parent["pid"]]))
     return found
 
