@@ -44,6 +44,9 @@ def _blocked(d, t):
     state = next((n for n in t.notes if n.startswith(("blocked:", "busy:"))), "")
     if running is None or not state.startswith("blocked:"):
         return []  # parked in its selector, or computing: busy is not stuck
+    at = next((i for i, f in enumerate(t.frames) if f[0] == running["file"] and str(f[1]) == running["line"]), None)
+    if frames.library(running["file"]) and at is not None and any(not frames.library(f[0]) for f in t.frames[:at]):
+        return []  # a framework's coroutine running the user's code (a notebook's cell): that code is the story
     others = [name for name, _chain, awaiting in frames.task_chains(t.notes)
               if name != running["task"] and not (awaiting or "").startswith(("task ", "gather of "))]
     if not others:
@@ -57,7 +60,7 @@ def _blocked(d, t):
     doing = re.sub(r" \([^)]*\)$", "", state[len("blocked: "):].partition(" [kernel")[0])
     return [Cause("loop-blocked", "%s: the asyncio event loop in thread %s is blocked: %s, so no other task "
                                   "runs (%s)" % (label(d), t.name, who, doing),
-                  _unblock(call), [d["pid"]], [t.name])]
+                  _unblock(call, running["how"] == "task"), [d["pid"]], [t.name])]
 
 
 def _source_call(t, running):
@@ -68,9 +71,12 @@ def _source_call(t, running):
     return m.group(1) if m else None
 
 
-def _unblock(call):
-    """The next step for a blocking call inside a coroutine, by what the call is."""
+def _unblock(call, coroutine):
+    """The next step for a blocking call inside a coroutine (or a callback), by what the call is."""
     name = call.rpartition(".")[2]
+    if call in ("time.sleep", "sleep") and not coroutine:
+        return "`loop.call_later(delay, ...)` for the rest instead of time.sleep in a callback; any other " \
+               "blocking call: `loop.run_in_executor(None, ...)`"
     if call in ("time.sleep", "sleep"):
         return "`await asyncio.sleep(...)` instead of time.sleep; any other blocking call: `await " \
                "asyncio.to_thread(...)` or `loop.run_in_executor(None, ...)`"

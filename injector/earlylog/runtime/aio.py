@@ -52,18 +52,31 @@ def lines(frame, loop):
 
 # --- the task a loop is running ----------------------------------------------------------
 
+def in_step(frame):
+    """The frames inside the asyncio Handle._run that the stack ending in `frame` runs (a task's
+    step or a callback), innermost first; None when the thread runs no loop's handle (a loop
+    parked in its selector, or no loop at all). A healthy loop comes back to its selector between
+    steps, so a thread found in the same step for seconds blocks its loop: a time.sleep there is
+    no poll loop. Cheap (a walk of the stack's frames), never raises."""
+    inner = []
+    try:
+        while frame is not None and len(inner) < MAX_DEPTH:
+            code = frame.f_code
+            back = frame.f_back
+            if code.co_name == "_run" and _asyncio_file(code.co_filename, "events.py") and back is not None and \
+                    back.f_code.co_name == "_run_once":
+                return inner
+            inner.append(frame)
+            frame = back
+    except Exception:
+        pass
+    return None
+
+
 def _running(frame):
     """`running task:` or `running callback:` when the stack is inside a handle the loop runs."""
-    inner = []  # the frames inside Handle._run, innermost first
-    while frame is not None and len(inner) < MAX_DEPTH:
-        code = frame.f_code
-        back = frame.f_back
-        if code.co_name == "_run" and _asyncio_file(code.co_filename, "events.py") and back is not None and \
-                back.f_code.co_name == "_run_once":
-            break
-        inner.append(frame)
-        frame = back
-    else:
+    inner = in_step(frame)
+    if inner is None:
         return []
     # A pure-Python Task steps through its own frames (tasks.py) before the coroutine's.
     while inner and _asyncio_file(inner[-1].f_code.co_filename, "tasks.py") and \
