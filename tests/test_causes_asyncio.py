@@ -68,24 +68,50 @@ PROGRAMS = {
 
         asyncio.run(main())
         """,
-    # ... one the program keeps lives on, its exception unread: the dump finds it among the tasks.
+    # ... one the program keeps lives on, its exception unread: the dump finds it among the tasks,
+    # and the consumer waits on the queue the producer held (here in `self.rows`).
     "kept_producer": """
         import asyncio
 
         def parse(row):
             raise ValueError("bad row %r" % row)
 
-        async def producer(queue):
-            await asyncio.sleep(0.05)
-            await queue.put(parse("x"))
+        class Feed:
+            def __init__(self):
+                self.rows = asyncio.Queue()
+
+            async def produce(self):
+                await asyncio.sleep(0.05)
+                await self.rows.put(parse("x"))
 
         async def consumer(queue):
             return await queue.get()
 
         async def main():
-            queue = asyncio.Queue()
-            feeder = asyncio.create_task(producer(queue))
-            await asyncio.create_task(consumer(queue))
+            feed = Feed()
+            feeder = asyncio.create_task(feed.produce())
+            await asyncio.create_task(consumer(feed.rows))
+
+        asyncio.run(main())
+        """,
+    # A server whose warm-up task failed long ago (kept, never awaited) and whose worker waits for
+    # jobs: the worker waits on nothing the dead task held, so the server is idle.
+    "server_failed_once": """
+        import asyncio
+
+        async def warm_cache():
+            raise ConnectionError("cache down")
+
+        async def worker(jobs):
+            while True:
+                await (await jobs.get())
+
+        async def main():
+            jobs = asyncio.Queue()
+            warm = asyncio.create_task(warm_cache())
+            busy = asyncio.create_task(worker(jobs))
+            server = await asyncio.start_server(lambda reader, writer: None, "127.0.0.1", 0)
+            await server.serve_forever()
 
         asyncio.run(main())
         """,
@@ -140,7 +166,8 @@ def test_blocked_loops_dead_tasks_and_no_false_alarms(tmp_path, logdir):
     rep, text, procs = _run(tmp_path, logdir, list(PROGRAMS))
     states = {tag: p["state"] for tag, p in procs.items()}
     assert states == {"sleep_loop": "stalled", "recv_loop": "stalled", "lost_producer": "stalled",
-                      "kept_producer": "stalled", "idle_server": "idle", "busy_loop": "busy"}, rep["verdict"]
+                      "kept_producer": "stalled", "server_failed_once": "idle", "idle_server": "idle",
+                      "busy_loop": "busy"}, rep["verdict"]
 
     blocked = _cause(rep, "loop-blocked", procs["sleep_loop"]["pid"])
     assert blocked["text"] == "pid %d (sleep_loop): the asyncio event loop in thread MainThread is blocked: task " \
@@ -162,15 +189,16 @@ def test_blocked_loops_dead_tasks_and_no_false_alarms(tmp_path, logdir):
     assert "await the task" in lost["next"] and "add_done_callback" in lost["next"]
 
     kept = _cause(rep, "task-died", procs["kept_producer"]["pid"])
-    assert kept["text"] == "pid %d (kept_producer): asyncio task Task-2 (producer) died at kept_producer.py:5 with " \
-                           "ValueError(\"bad row 'x'\"), and nobody awaited it; task Task-3 (consumer) waits for " \
-                           "queue.get() at kept_producer.py:12 for what it would have produced" % \
+    assert kept["text"] == "pid %d (kept_producer): asyncio task Task-2 (Feed.produce) died at kept_producer.py:5 " \
+                           "with ValueError(\"bad row 'x'\"), and nobody awaited it; task Task-3 (consumer) waits " \
+                           "for queue.get() at kept_producer.py:16 for what it would have produced" % \
                            procs["kept_producer"]["pid"]
     assert kept["next"].startswith("fix the ValueError in parse; ")
 
     # No false alarm: the server waits for clients, the computing loop is busy; neither gets a cause.
     assert procs["idle_server"]["idle"].startswith("waiting for connections in an asyncio server on 127.0.0.1:")
-    quiet = {procs["idle_server"]["pid"], procs["busy_loop"]["pid"]}
+    assert procs["server_failed_once"]["idle"].startswith("waiting for connections in an asyncio server on ")
+    quiet = {procs[tag]["pid"] for tag in ("idle_server", "busy_loop", "server_failed_once")}
     assert not [c for c in rep["causes"] if quiet & set(c["pids"])], rep["causes"]
     assert "the asyncio event loop in thread MainThread is blocked" in text and "nobody awaited it" in text
 
@@ -188,5 +216,5 @@ def test_the_tasks_are_read_on_other_pythons(tmp_path, logdir, minor):
     assert "Python 3.%d" % minor in read(log_files(logdir)[0])
     assert "task Task-2 (fetch_all) calls time.sleep at sleep_loop.py:11" in \
         _cause(rep, "loop-blocked", procs["sleep_loop"]["pid"])["text"]
-    assert "task Task-3 (consumer) waits for queue.get() at kept_producer.py:12" in \
+    assert "task Task-3 (consumer) waits for queue.get() at kept_producer.py:16" in \
         _cause(rep, "task-died", procs["kept_producer"]["pid"])["text"]

@@ -93,8 +93,10 @@ def orphaned(p):
     """[(death, [(task name, what it waits for, its frame)])]: tasks of a stalled process that died
     with an exception nobody retrieved, each with the pending tasks waiting for what it would have
     produced. A death the runtime saw names its waiters itself (they wait on an object the dead
-    task held); one asyncio reported on stderr counts when it was the last thing that happened and
-    a task of the user's still waits on a queue, an event or a future. Empty for a process that
+    task held), and counts only with them: a server's long-failed task beside a worker waiting for
+    jobs is no cause. One asyncio reported on stderr (its task freed, its objects gone) counts when
+    it was the last thing that happened and a task of the user's still waits on a queue, an event
+    or a future. Empty for a process that
     did not stall; idle.py's `idle` yields to it (verdict.py)."""
     if p.stall is None or p.stall.get("gil"):
         return []
@@ -108,7 +110,7 @@ def orphaned(p):
             named = [w[len("task "):] for w in (m.group("waiters") or "").split(", ") if w]
             chain = [frames.frame_tuple(f) for f in _chain(m.group("chain"))][::-1]
             death = (m.group("task"), m.group("coro"), m.group("exc"), chain)
-            who = [w for w in (named or waiting) if w in pending]
+            who = [w for w in named if w in pending]  # none: its work is no pending task's
             if who:
                 out.append((death, [_waiter(w, *pending[w]) for w in who]))
         since = p.activity if p.activity is not None else p.last

@@ -11,7 +11,8 @@ dump time, as extra dump lines under that thread (parsed by read/async_causes.py
       a task of this loop that ended with an exception nobody has retrieved yet (no await, no
       result() or exception() call): its traceback outermost first, the exception as
       `ValueError('bad row')`, and the pending tasks that wait on an object the dead task's own
-      frames held (a queue it was to fill, an event it was to set, a future it was to resolve)
+      frames held, in a local or a local's field (`self.queue`): a queue it was to fill, an event
+      it was to set, a future it was to resolve
 It runs in the watchdog thread at dump time only, and never runs the program's code: a task's
 fields are read through the C Task type's own descriptors (a subclass cannot change what they
 do), frames through their C attributes, locals as runtime/waits.py reads them, and an exception
@@ -26,6 +27,7 @@ from earlylog.runtime import waits
 MAX_TASKS = 10000   # tasks looked at per loop: a copy of their set costs well under a millisecond
 MAX_DEAD = 5        # `dead task:` lines per loop
 MAX_TRACEBACK = 12  # frames of a dead task's traceback, the innermost ones
+MAX_LOCALS = 200    # locals of a dead task's frame, and fields of each, looked at for what it held
 MAX_DEPTH = 200     # frames walked from a stack's innermost frame to the loop's own
 # CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR: an `async def`, a @types.coroutine, an
 # `async for` over an async generator; their frames are steps of the task, not calls it waits in
@@ -136,9 +138,7 @@ def _dead(loop):
         exc = _get(task, "_exception")
         frames = _traceback(exc)
         chain = " > ".join(_frame_text(f, line) for f, line in frames) or "?"
-        held = set()
-        for f, _line in frames:
-            held.update(id(v) for v in list(waits.frame_locals(f).values()))
+        held = _held(frames)
         waiters = []
         for obj_id, task in waited:
             who = _names(task)[0] if obj_id in held else None
@@ -148,6 +148,19 @@ def _dead(loop):
             name, coro, chain, _exception_text(exc),
             "; waited on by " + ", ".join("task " + w for w in waiters[:5]) if waiters else ""))
     return out
+
+
+def _held(frames):
+    """The ids of what a dead task's frames held: their locals, and the fields of those (a
+    method's `self.queue`), read from plain dicts."""
+    held = set()
+    for f, _line in frames:
+        for value in list(waits.frame_locals(f).values())[:MAX_LOCALS]:
+            held.add(id(value))
+            own = waits.instance_dict(value)
+            if own is not None:
+                held.update(id(v) for v in list(own.values())[:MAX_LOCALS])
+    return held
 
 
 def _all_tasks():

@@ -832,4 +832,4 @@ def _thread_name(thread, ident):
 
 
 # What runtime/aio.py reads tasks with.
-field, module_dict, isa, lookup = _field, _module_dict, _isa, _lookup
+field, module_dict, isa, lookup, instance_dict = _field, _module_dict, _isa, _lookup, _instance_dict
