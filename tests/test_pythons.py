@@ -4,6 +4,7 @@ logs the program's lines, dumps a stall, logs a crash and a fork child, and `ear
 names the lock wait. Interpreters that are not here are skipped, each with one line. A sleeping
 thread reads as sleeping on each, although 3.9 and 3.10 sleep in select()."""
 import os
+import re
 import subprocess
 import sys
 
@@ -11,7 +12,7 @@ import pytest
 
 from conftest import make_venv
 from support import PYTHON, TIMEOUT, clean_env, earlylog, kill_tree, log_files, python_3, read, report_json, \
-    run_python, script, start, wait_for
+    run_python, script, start, user_text, wait_for
 
 MINORS = (9, 10, 11, 12, 13)
 
@@ -166,3 +167,30 @@ def test_a_segfault_is_logged_with_its_python_frame(venvs, tmp_path, logdir, min
     [proc] = rep["processes"]
     assert proc["state"] == "crashed", proc
     assert "Segmentation fault (SIGSEGV) in write_checkpoint at " in proc["summary"], proc["summary"]
+
+
+FORK = """
+    import os, sys, threading, time
+    if len(sys.argv) > 1:  # a thread of the program's own: 3.12+ warns, with earlylog or without
+        threading.Thread(target=time.sleep, args=(5,), daemon=True).start()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    print("forked", flush=True)
+    """
+
+
+@pytest.mark.parametrize("minor", MINORS, ids=lambda m: "3.%d" % m)
+@pytest.mark.parametrize("threaded", [False, True], ids=["alone", "threaded"])
+def test_fork_warns_as_without_earlylog(venvs, tmp_path, logdir, minor, threaded):
+    # 3.12+ counts the kernel's threads at fork: earlylog's watchdog must not make a one-thread
+    # program warn "This process is multi-threaded".
+    args = ["-W", "always::DeprecationWarning", script(tmp_path, FORK, "forks.py")] + (["threaded"] if threaded else [])
+    off = run_python(args, python=venvs(minor), enabled=False)
+    on = run_python(args, logdir=logdir, python=venvs(minor))
+    assert on.returncode == off.returncode == 0 and on.out == off.out == "forked\n"
+    pid = re.compile(r"pid=\d+")
+    assert pid.sub("pid=N", user_text(on.err)) == pid.sub("pid=N", off.err), on.err
+    warned = "is multi-threaded, use of fork() may lead to deadlocks" in on.err
+    assert warned == (threaded and minor >= 12), on.err

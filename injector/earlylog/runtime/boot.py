@@ -177,6 +177,9 @@ def _start(origin, parent_tag=None):
             _failed(name, exc)
     if not state.installed and hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_after_fork_child)
+        if sys.version_info >= (3, 12):  # its fork warning would count our threads
+            from earlylog.runtime import forkwarn
+            forkwarn.register()
     state.installed = True
 
 
