@@ -3,11 +3,13 @@ password with getpass, run on a real pseudo-terminal with EARLYLOG on. Its termi
 prompt and no stall line while it waits; its log and `earlylog report` say it waits for input at
 the terminal, at the prompt's line, idle and in no trouble. Its answer goes through as without
 earlylog."""
+import fcntl
 import os
 import pty
 import select
 import subprocess
 import sys
+import termios
 import time
 
 import pytest
@@ -42,13 +44,18 @@ SCRIPTS = {
 }
 
 
+def _controlling():
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
 class Terminal:
     """A program on a new pseudo-terminal (stdin, stdout, stderr): what it shows, and typing."""
 
     def __init__(self, args, env):
         self.master, slave = pty.openpty()
+        # Its own session, with the terminal as its controlling one, as a shell gives it.
         self.proc = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=_controlling)
         os.close(slave)
         self.shown = b""
 
@@ -142,8 +149,7 @@ def test_the_interactive_prompt_gets_no_stall_line_and_is_idle(logdir, minor):
 
 def test_a_prompt_on_a_launchers_pipe_stays_a_cause_with_its_stall_line(tmp_path, logdir):
     # No terminal: stdin is a pipe its parent holds and never writes. The answer may never come.
-    code = SCRIPTS["input"][0]
-    proc = subprocess.Popen([PYTHON, script(tmp_path, code, "ask.py")], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([PYTHON, script(tmp_path, SCRIPTS["input"][0], "ask.py")], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                             env=clean_env(EARLYLOG=1, EARLYLOG_DIR=logdir, EARLYLOG_STALL=1))
     try:
@@ -155,3 +161,22 @@ def test_a_prompt_on_a_launchers_pipe_stays_a_cause_with_its_stall_line(tmp_path
     assert " stall: silent for 1 s" in err.decode() and "at the terminal" not in err.decode()
     assert rep["processes"][0]["state"] == "stalled"
     assert [c["kind"] for c in rep["causes"]] == ["stdin"], rep["causes"]
+
+
+def test_a_read_from_a_terminal_that_is_not_its_own_is_no_person(tmp_path, logdir):
+    # A terminal device that is not the process's controlling terminal (a serial port, a pty it
+    # was handed): nobody sits there for it, so its silence stays a stall, told on its stderr.
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([PYTHON, script(tmp_path, SCRIPTS["input"][0], "ask.py")], stdin=slave,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            env=clean_env(EARLYLOG=1, EARLYLOG_DIR=logdir, EARLYLOG_STALL=1))
+    os.close(slave)
+    try:
+        wait_for(lambda: sum(read(f).count("dump: stall") for f in log_files(logdir)) >= 2)
+        rep = report_json(str(logdir))
+    finally:
+        proc.kill()
+        _out, err = proc.communicate(timeout=TIMEOUT)
+        os.close(master)
+    assert " stall: silent for 1 s" in err.decode() and "at the terminal" not in read(log_files(logdir)[0])
+    assert rep["processes"][0]["state"] == "stalled", rep["processes"][0]

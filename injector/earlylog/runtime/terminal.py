@@ -4,7 +4,8 @@ select() on a terminal stdin). Such a process is idle, not stuck, and a stall li
 terminal would land in the prompt the person is answering: the watchdog keeps its line to the log,
 and the dump notes the thread (`terminal: waiting for input at the terminal (the pdb prompt)`).
 A prompt on a stdin that is a pipe (a launcher's) is not this: it may wait for ever, a cause.
-It only reads /proc and frames, and asks isatty(); it must never read from or change a terminal."""
+Only the controlling terminal counts (a serial port is a device). It only reads /proc and frames,
+and asks isatty() and fstat(); it must never read from or change a terminal."""
 import os
 import sys
 
@@ -90,7 +91,11 @@ def _at(frame):
 
 
 def _tty(fd):
+    """Is fd the process's controlling terminal (or /dev/tty, which names it)? A serial port or
+    another terminal the program reads is a device, not its person."""
+    stat = (threads.read("/proc/self/stat") or b"").rpartition(b")")[2].split()
     try:
-        return os.isatty(fd)
-    except (OSError, ValueError):
+        controlling = int(stat[4])
+        return controlling != 0 and os.isatty(fd) and os.fstat(fd).st_rdev in (controlling, os.makedev(5, 0))
+    except (IndexError, ValueError, OSError):
         return False
