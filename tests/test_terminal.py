@@ -1,12 +1,15 @@
 """A person at a terminal: a script that asks with input(), stops at breakpoint() or asks for a
-password with getpass, run on a real pseudo-terminal with EARLYLOG on. Its terminal shows the
-prompt and no stall line while it waits; its log and `earlylog report` say it waits for input at
-the terminal, at the prompt's line, idle and in no trouble. Its answer goes through as without
-earlylog."""
+password with getpass, pages through less, or the interactive prompt, run on a real
+pseudo-terminal (its controlling one) with EARLYLOG on. The terminal shows the prompt and no
+stall line while it waits; its log and `earlylog report` say it waits for input at the terminal,
+at the prompt's line, idle and in no trouble; the answer goes through as without earlylog. A
+prompt on a pipe, or on a terminal that is not the process's own, stays a stall."""
 import fcntl
 import os
 import pty
+import re
 import select
+import shutil
 import subprocess
 import sys
 import termios
@@ -124,6 +127,36 @@ def test_a_prompt_at_the_terminal_gets_no_stall_line_and_reads_as_waiting_for_it
         assert "hunter2" not in log + shown
 
 
+@pytest.mark.skipif(not shutil.which("less"), reason="less is not on this machine")
+def test_a_pager_at_the_terminal_is_its_persons(tmp_path, logdir):
+    # help() and pydoc page through less, a child (of sh) that reads the terminal: the script
+    # waits for it, and for the person reading.
+    code = """
+        import pydoc
+
+        def show_help():
+            pydoc.pager("\\n".join("line %d" % i for i in range(500)))
+            print("paged")
+
+        show_help()
+        """
+    term = Terminal([PYTHON, script(tmp_path, code, "helpme.py")],
+                    clean_env(EARLYLOG=1, EARLYLOG_DIR=logdir, EARLYLOG_STALL=1, EARLYLOG_PROBES=0, TERM="xterm",
+                              PAGER="less"))
+    try:
+        wait_for(lambda: sum(read(f).count("dump: stall") for f in log_files(logdir)) >= 2 and "line 3" in term.read())
+        rep = report_json(str(logdir))
+        shown = term.read()
+        term.type(b"q")
+        wait_for(lambda: "paged" in term.read())
+    finally:
+        status = term.end()
+    assert status == 0 and " stall: " not in shown, shown
+    [proc] = rep["processes"]
+    assert proc["state"] == "idle" and re.match(r"waiting for input at the terminal \(less, pid \d+\)$", proc["idle"]), proc
+    assert proc["summary"].endswith("in show_help at helpme.py:5") and rep["causes"] == [], rep
+
+
 @pytest.mark.parametrize("minor", [None, 13], ids=["this", "3.13"])
 def test_the_interactive_prompt_gets_no_stall_line_and_is_idle(logdir, minor):
     # 3.13's new REPL (_pyrepl, with TERM=xterm) runs in Python; earlier ones wait in C, no frame.
@@ -147,9 +180,9 @@ def test_the_interactive_prompt_gets_no_stall_line_and_is_idle(logdir, minor):
     assert "; waiting for input at the terminal (the interactive prompt); stacks in " in read(log_files(logdir)[0])
 
 
-def test_a_prompt_on_a_launchers_pipe_stays_a_cause_with_its_stall_line(tmp_path, logdir):
-    # No terminal: stdin is a pipe its parent holds and never writes. The answer may never come.
-    proc = subprocess.Popen([PYTHON, script(tmp_path, SCRIPTS["input"][0], "ask.py")], stdin=subprocess.PIPE,
+def _unanswered(tmp_path, logdir, stdin):
+    """input() with this stdin and stdout/stderr pipes, read once stalled: (the report, stderr)."""
+    proc = subprocess.Popen([PYTHON, script(tmp_path, SCRIPTS["input"][0], "ask.py")], stdin=stdin,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                             env=clean_env(EARLYLOG=1, EARLYLOG_DIR=logdir, EARLYLOG_STALL=1))
     try:
@@ -158,7 +191,13 @@ def test_a_prompt_on_a_launchers_pipe_stays_a_cause_with_its_stall_line(tmp_path
     finally:
         proc.kill()
         _out, err = proc.communicate(timeout=TIMEOUT)
-    assert " stall: silent for 1 s" in err.decode() and "at the terminal" not in err.decode()
+    assert " stall: silent for 1 s" in err.decode() and "at the terminal" not in read(log_files(logdir)[0])
+    return rep
+
+
+def test_a_prompt_on_a_launchers_pipe_stays_a_cause_with_its_stall_line(tmp_path, logdir):
+    # No terminal: stdin is a pipe its parent holds and never writes. The answer may never come.
+    rep = _unanswered(tmp_path, logdir, subprocess.PIPE)
     assert rep["processes"][0]["state"] == "stalled"
     assert [c["kind"] for c in rep["causes"]] == ["stdin"], rep["causes"]
 
@@ -167,16 +206,9 @@ def test_a_read_from_a_terminal_that_is_not_its_own_is_no_person(tmp_path, logdi
     # A terminal device that is not the process's controlling terminal (a serial port, a pty it
     # was handed): nobody sits there for it, so its silence stays a stall, told on its stderr.
     master, slave = pty.openpty()
-    proc = subprocess.Popen([PYTHON, script(tmp_path, SCRIPTS["input"][0], "ask.py")], stdin=slave,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                            env=clean_env(EARLYLOG=1, EARLYLOG_DIR=logdir, EARLYLOG_STALL=1))
-    os.close(slave)
     try:
-        wait_for(lambda: sum(read(f).count("dump: stall") for f in log_files(logdir)) >= 2)
-        rep = report_json(str(logdir))
+        rep = _unanswered(tmp_path, logdir, slave)
     finally:
-        proc.kill()
-        _out, err = proc.communicate(timeout=TIMEOUT)
+        os.close(slave)
         os.close(master)
-    assert " stall: silent for 1 s" in err.decode() and "at the terminal" not in read(log_files(logdir)[0])
     assert rep["processes"][0]["state"] == "stalled", rep["processes"][0]

@@ -1,11 +1,12 @@
 """A thread waiting for its person at a terminal: input() or a pdb/breakpoint() prompt, getpass,
-code.interact() or the interactive prompt (the REPL), blocked reading a terminal (or in readline's
-select() on a terminal stdin). Such a process is idle, not stuck, and a stall line printed on that
-terminal would land in the prompt the person is answering: the watchdog keeps its line to the log,
-and the dump notes the thread (`terminal: waiting for input at the terminal (the pdb prompt)`).
-A prompt on a stdin that is a pipe (a launcher's) is not this: it may wait for ever, a cause.
-Only the controlling terminal counts (a serial port is a device). It only reads /proc and frames,
-and asks isatty() and fstat(); it must never read from or change a terminal."""
+code.interact(), help() or the interactive prompt (the REPL), blocked reading a terminal (or in
+readline's select() on a terminal stdin), or waiting for a child that reads it (a pager, an
+editor: less, vim). Such a process is idle, not stuck, and a stall line printed on that terminal
+would land in the prompt the person is answering: the watchdog keeps its line to the log, and the
+dump notes the thread (`terminal: waiting for input at the terminal (the pdb prompt)`). A prompt
+on a stdin that is a pipe (a launcher's) is not this: it may wait for ever, a cause. Only the
+controlling terminal counts (a serial port is a device). It only reads /proc and frames, and asks
+isatty(), fstat() and tcgetattr(); it must never read from or change a terminal."""
 import os
 import sys
 
@@ -54,12 +55,68 @@ def _prompt(tid, frame, main):
     name, _number, args = call
     if name == "read" and _tty(args[0]):
         return _named(frame)
+    if name in ("wait", "waitid"):
+        return _child_at_terminal()
     if name not in ("poll", "read"):
         return None
     if frame is None:  # the interactive prompt runs in C, with no Python frame
         return "the interactive prompt" if main and hasattr(sys, "ps1") and _tty(0) else None
     named = _named(frame, readline=True)
     return named if named and _tty(0) else None
+
+
+def _child_at_terminal(depth=3):
+    """`less, pid 812` for a process below this one (a pager, an editor, a password prompt) that
+    waits for input at this process's controlling terminal while this one waits for it, else None.
+    It reads the terminal itself, or polls it with the terminal switched out of line mode (a
+    full-screen program: less, vim, top)."""
+    ours = _controlling()
+    if not ours:
+        return None
+    found, level = [], [os.getpid()]
+    for _ in range(depth):
+        level = [child for pid in level for child in _children(pid)]
+        found += level
+    for pid in found:
+        stat = (threads.read("/proc/%d/stat" % pid) or b"").rpartition(b")")[2].split()
+        if len(stat) < 5 or stat[0] != b"S" or int(stat[4]) != ours:
+            continue
+        call = kstate.syscall(pid, pid)
+        if call is None:
+            continue
+        name, _number, args = call
+        if (name == "read" and _reads_terminal(pid, args[0], ours)) or (name == "poll" and not _line_mode()):
+            comm = (threads.read("/proc/%d/comm" % pid) or b"?").decode("utf-8", "replace").strip()
+            return "%s, pid %d" % (comm, pid)
+    return None
+
+
+def _children(pid):
+    out = []
+    for tid in os.listdir("/proc/%d/task" % pid) if os.path.isdir("/proc/%d/task" % pid) else ():
+        out += [int(w) for w in (threads.read("/proc/%d/task/%s/children" % (pid, tid)) or b"").split()]
+    return out
+
+
+def _reads_terminal(pid, fd, ours):
+    try:
+        rdev = os.stat("/proc/%d/fd/%d" % (pid, fd)).st_rdev
+    except OSError:
+        return False
+    return rdev in (ours, os.makedev(5, 0))
+
+
+def _line_mode():
+    """Is this process's terminal in line mode (ICANON), as a shell leaves it? A pager or an editor
+    switches it off while it runs. tcgetattr only reads."""
+    import termios
+    for fd in (0, 1, 2):
+        if _tty(fd):
+            try:
+                return bool(termios.tcgetattr(fd)[3] & termios.ICANON)
+            except termios.error:
+                return True
+    return True
 
 
 def _named(frame, readline=False):
@@ -90,12 +147,20 @@ def _at(frame):
     return ""
 
 
+def _controlling():
+    """The device number of this process's controlling terminal, 0 when it has none."""
+    stat = (threads.read("/proc/self/stat") or b"").rpartition(b")")[2].split()
+    try:
+        return int(stat[4])
+    except (IndexError, ValueError):
+        return 0
+
+
 def _tty(fd):
     """Is fd the process's controlling terminal (or /dev/tty, which names it)? A serial port or
     another terminal the program reads is a device, not its person."""
-    stat = (threads.read("/proc/self/stat") or b"").rpartition(b")")[2].split()
+    controlling = _controlling()
     try:
-        controlling = int(stat[4])
         return controlling != 0 and os.isatty(fd) and os.fstat(fd).st_rdev in (controlling, os.makedev(5, 0))
-    except (IndexError, ValueError, OSError):
+    except (ValueError, OSError):
         return False

@@ -159,11 +159,11 @@ class Watchdog:
         if busy:
             state = "busy: CPU time still rising (%d%% of a core), computing rather than hung" % round(whole * 100)
         else:
-            waiting, printed = _waiting_for_children()
-            if not waiting:
-                from earlylog.runtime import terminal
-                prompt = terminal.waiting()
-            state = waiting or prompt or "blocked: no CPU used; each thread below says on what"
+            from earlylog.runtime import terminal
+            prompt = terminal.waiting()  # a person at the terminal (a pager, an editor: a child's)
+            if not prompt:
+                waiting, printed = _waiting_for_children()
+            state = prompt or waiting or "blocked: no CPU used; each thread below says on what"
         # A launcher waiting for children whose own stall lines reach the terminal would only repeat
         # them there, and alarm about a healthy run while they work: its line stays in its log. A
         # person answering a prompt would find the line in the middle of it: never on the console.
