@@ -149,7 +149,7 @@ def _idle(d, p):
     """A stall whose threads all wait for work (an event loop, serve_forever, a pool's queue, a
     sleep loop), or whose worker pool titles it idle (`ray::IDLE`), is idleness, not a hang: state
     `idle`, and the reason (see idle.py)."""
-    d["idle"] = idle.reason(p.stall["threads"]) or idle.by_title(p.title)
+    d["idle"] = idle.reason(p.stall["threads"]) or idle.by_title(p.title) or idle.at_terminal([p.stall["text"]])
     if d["idle"] and async_causes.orphaned(p):
         d["idle"] = None  # a task died, and the others wait for what it would have produced
     if d["idle"] and d["state"] == "stalled":

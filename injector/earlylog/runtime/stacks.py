@@ -54,6 +54,7 @@ def lines(shares=None, skip_ident=None):
         state = _state(kstate, tid, shares)
         for part in (lambda: ["  " + state] if state else [],
                      lambda: _handles(state) if ident == main else [],
+                     lambda: _terminal(tid, frame, ident == main) if tid else [],
                      lambda: ["  phase: " + phases.describe(ident)] if phases.describe(ident) else [],
                      lambda: waits.notes(ident, frame, frames, threads),
                      lambda: peers.lines(tid, ident, frame) if tid else [],
@@ -76,6 +77,13 @@ def _state(kstate, tid, shares):
         return kstate.describe(tid, shares.get(tid)) if tid else None
     except Exception:
         return None
+
+
+def _terminal(tid, frame, main):
+    """`terminal: waiting for input at the terminal (input())` for a thread a person answers."""
+    from earlylog.runtime import terminal
+    line = terminal.note(tid, frame, main)
+    return ["  " + line] if line else []
 
 
 def _handles(state):
