@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from earlylog.runtime import fault, threads
+from earlylog.runtime import fault, retries, threads
 
 GROWTH_CAP = 3600.0  # stall dumps come at S, 2S, 4S ... of silence, at least once an hour after
 
@@ -35,6 +35,12 @@ def _waiting_for_children():
     own = "; %s own log%s whether %s stuck" % (("its", " says", "it is") if len(children) == 1 else
                                               ("their", "s say", "they are")) if logged else ""
     return "waiting for child%s %s%s" % ("" if len(children) == 1 else "ren", named, own), printed
+
+
+def _names():
+    names = {ident: t.name for ident, t in threads.program_threads().items()}
+    names.setdefault(threads.main_ident(), "MainThread")
+    return names
 
 
 def _sampler():
@@ -96,6 +102,9 @@ class Watchdog:
             if self.every and now >= next_every:
                 self.dump("every %g s (EARLYLOG_DUMP_EVERY)" % self.every)
                 next_every = now + self.every
+            # A thread failing again and again between sleeps is retrying, however much it logs.
+            for text in retries.beat(_names, max(self.stall, 10.0)):
+                self._quiet("note", text)
             if now >= next_mem:
                 memory = memory or threads.gated(_sampler)
                 text = memory.line()
