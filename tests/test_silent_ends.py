@@ -287,3 +287,25 @@ def test_a_sleeping_poll_loop_whose_connects_succeed_stays_idle(tmp_path, logdir
         server.close()
     assert not causes(rep, "retrying") and rep["processes"][0]["retrying"] is None
     assert rep["processes"][0]["state"] == "idle"
+
+
+def test_a_worker_polling_an_empty_queue_in_an_except_block_stays_idle(tmp_path, logdir):
+    path = script(tmp_path, """
+        import queue, time
+        jobs = queue.Queue()
+        while True:
+            try:
+                job = jobs.get_nowait()
+            except queue.Empty:  # nothing yet: not a failure
+                time.sleep(0.3)
+    """, name="worker.py")
+    proc = start([path], str(logdir), EARLYLOG_STALL="1")
+    try:
+        wait_log(str(logdir), "handling: ")
+        time.sleep(2)
+        rep = report_json(str(logdir))
+        text = "".join(read(f) for f in log_files(str(logdir)))
+    finally:
+        kill_tree(proc)
+    assert "handling: _queue.Empty" in text and "note: retrying" not in text
+    assert not causes(rep, "retrying") and rep["processes"][0]["state"] == "idle"

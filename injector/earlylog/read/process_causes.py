@@ -110,16 +110,17 @@ def _killed_children(processes, procs):
         if parent is not None and parent["state"] == "exited":
             text += "; pid %d then exited with status 0 all the same, without the child's work" % w["pid"]
         elif parent is not None and parent["state"] == "failed":
-            text += "; pid %d then %s" % (w["pid"], parent["summary"])
+            text += "; pid %d then failed (its own line follows)" % w["pid"]
         elif parent is not None and parent["state"] == "stalled":
             text += "; pid %d still waits" % w["pid"]
         mem = d["memory"] or {}
-        seen = "; its last memory line: %s" % mem["last"] if mem.get("last") else ""
+        seen = " (its own last memory line: %s)" % mem["last"].partition(";")[0] if mem.get("last") else ""
         next_step = ("find what killed it: `dmesg -T | grep -i -e oom -e 'killed process'` (or `journalctl -k`) on "
                      "that host lists the OOM killer's kills%s; with none there, a person or a scheduler (a job's "
-                     "time or memory limit) sent %s; and have the parent check the child's status (%s) so that the "
-                     "run fails loudly instead of going on without the child's work" % (
-                         seen, w["signal"], _status_check(w["call"])))
+                     "time or memory limit) sent %s" % (seen, w["signal"]))
+        if parent is None or parent["state"] != "failed":
+            next_step += "; and have the parent check the child's status (%s) so that the run fails loudly " \
+                         "instead of going on without the child's work" % _status_check(w["call"])
         found.append(Cause("child-killed", text, next_step, [d["pid"], w["pid"]], [w["thread"]]))
     return found
 

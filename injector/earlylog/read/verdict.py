@@ -11,7 +11,7 @@ from earlylog.read import idle, known, process_causes, thread_causes
 from earlylog.read.causes import busy, first_line, label, secs
 from earlylog.read.frames import (call_name, frame_dict, frame_tuple, in_event_loop, library, task_chains, user_frame,
                                   where)
-from earlylog.runtime import identity
+from earlylog.runtime import identity, retries
 
 SCHEMA = 1
 TROUBLE = ("stalled", "crashed", "killed", "vanished", "failed")
@@ -369,11 +369,11 @@ def _retrying(d, p):
     for t in (d["stall"] or {}).get("threads") or []:
         notes = t["notes"]
         handling = next((n[len("handling: "):] for n in notes if n.startswith("handling: ")), None)
-        retries = next((m for m in map(_RETRIES.match, notes) if m), None)
+        counted = next((m for m in map(_RETRIES.match, notes) if m), None)
         sleeping = (t["state"] or "").startswith("blocked: sleeping")
-        if handling and (sleeping or retries):  # a sleep inside an `except` block: a pause between tries
-            found = {"thread": t["name"], "handling": handling, "count": int(retries.group(1)) if retries else None,
-                     "seconds": float(retries.group(2)) if retries else None, "frame": t["frame"]}
+        if handling and (sleeping or counted):  # a sleep inside an `except` block: a pause between tries
+            found = {"thread": t["name"], "handling": handling, "count": int(counted.group(1)) if counted else None,
+                     "seconds": float(counted.group(2)) if counted else None, "frame": t["frame"]}
             break
     newest = max(p.retrying.values(), key=lambda r: r["time"] or 0) if p.retrying else None
     if found is None and newest is not None and newest["time"] is not None and p.last is not None and \
@@ -385,6 +385,8 @@ def _retrying(d, p):
     found["error"] = m.group("error") if m else found["handling"].partition(":")[0]
     found["raised_in"] = m.group("raised") if m else None
     found["address"] = m.group("target") if m else None
+    if retries.polling(found["error"], found["address"]):
+        return  # `except queue.Empty: time.sleep(1)`: a worker polling for work, idle
     d["retrying"] = found
     what = "connecting to %s (%s)" % (found["address"], found["error"]) if found["address"] else "with %s" % (
         found["error"])

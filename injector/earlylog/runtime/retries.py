@@ -15,6 +15,13 @@ QUIET = 60.0      # a thread seen handling nothing new for this long starts a ne
 MIN_FAILURES = 2  # failures caught at one place before a thread is called retrying
 MAX_THREADS = 256
 _ADDRESS_NAMES = ("sa", "address", "addr", "sockaddr")  # socket.create_connection, urllib3, asyncio
+# Exceptions that say "nothing yet" rather than "failed": a loop that catches them and sleeps polls
+# (a queue's get_nowait, a non-blocking socket), as an idle worker does. A timeout is a failure only
+# for a connect (the traceback kept its address): else it is a timed wait for work or a result.
+POLLS = frozenset(("_queue.Empty", "queue.Empty", "asyncio.queues.QueueEmpty", "BlockingIOError", "InterruptedError",
+                   "StopIteration", "StopAsyncIteration", "GeneratorExit", "KeyboardInterrupt", "SystemExit"))
+TIMEOUTS = frozenset(("TimeoutError", "socket.timeout", "concurrent.futures._base.TimeoutError",
+                      "asyncio.exceptions.TimeoutError"))
 # thread ident -> [(type, code, line) where caught, the exception it handled at the last beat (or None),
 #                  failures seen, first, last (monotonic), count at the last note, time of that note]
 seen = {}
@@ -83,14 +90,23 @@ def _target(exc):
     return None
 
 
+def name(kind):
+    """A built-in exception class's name (`ConnectionRefusedError`), another's with its module."""
+    return kind.__name__ if kind.__module__ == "builtins" else "%s.%s" % (kind.__module__, kind.__qualname__)
+
+
+def polling(error, target):
+    """Is an exception of this name (as name() writes it) a poll's "nothing yet", not a failure?"""
+    return error in POLLS or error in TIMEOUTS and not target
+
+
 def describe(exc):
     """`ConnectionRefusedError: [Errno 111] Connection refused, raised in connect at client.py:9,
     connecting to 127.0.0.1:1`: a built-in exception's own text (its __str__ is C), another's class
     name alone; the line of the call that raised it; the address a failed connect was for."""
     kind = type(exc)
-    builtin = kind.__module__ == "builtins"
-    text = kind.__name__ if builtin else "%s.%s" % (kind.__module__, kind.__qualname__)
-    if builtin:
+    text = name(kind)
+    if kind.__module__ == "builtins":
         try:
             words = str(exc)[:200].replace("\n", " ")
             text += ": " + words if words else ""
@@ -108,6 +124,11 @@ def _count(ident, exc, now):
     keeps its memory from being reused by the next (an id alone would match the next failure's)."""
     entry = seen.get(ident)
     site = _site(exc)
+    if entry is not None and entry[1] is exc:
+        return
+    if polling(name(type(exc)), _target(exc) if name(type(exc)) in TIMEOUTS else None):
+        seen.pop(ident, None)
+        return
     if entry is None or entry[0] != site or now - entry[4] > QUIET:
         if len(seen) >= MAX_THREADS:
             seen.clear()
@@ -120,7 +141,15 @@ def beat(names, every):
     """At a watchdog beat: count the new exception each thread handles, and return the
     `retrying: thread T: N failures seen in the last S s; handling E` notes due: a thread's first
     once it failed MIN_FAILURES times at one place, then when its count doubled or `every` seconds
-    passed with more failures. names() gives {ident: thread name}, called only for a note."""
+    passed with more failures. names() gives {ident: thread name}, called only for a note. Never
+    raises: the watchdog's loop goes on whatever a thread's exception holds."""
+    try:
+        return _beat(names, every)
+    except Exception:
+        return []
+
+
+def _beat(names, every):
     read = getattr(sys, "_current_exceptions", None)
     current = read() if read is not None else None
     frames = sys._current_frames() if current is None else {}
@@ -132,7 +161,9 @@ def beat(names, every):
                 seen[ident][1] = None  # between two tries: let its last exception go
             continue
         _count(ident, exc, now)
-        entry = seen[ident]
+        entry = seen.get(ident)
+        if entry is None:
+            continue
         count, noted, noted_at = entry[2], entry[5], entry[6]
         if count < MIN_FAILURES or count == noted or (noted and count < 2 * noted and now - noted_at < every):
             continue

@@ -38,7 +38,9 @@ def _waiting_for_children():
 
 
 def _names():
-    names = {ident: t.name for ident, t in threads.program_threads().items()}
+    """{ident: name} of the program's threads for a retrying note, read without threading's lock."""
+    active = getattr(sys.modules.get("threading"), "_active", None) or {}
+    names = {ident: getattr(t, "_name", "?") for ident, t in dict(active).items()}
     names.setdefault(threads.main_ident(), "MainThread")
     return names
 
