@@ -274,10 +274,17 @@ def _flush_failed(unraisable):
     """After the exit record, the interpreter's last flush of stdout or stderr failed: Python then
     exits with status 120, not the one recorded. A second `exit:` record says so (the reader keeps
     the last); a BrokenPipeError there means the reader of the output went away (`| head`)."""
-    if _status != "written" or unraisable.object is None or \
-            not any(unraisable.object is f for f in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)):
+    if _status != "written":
         return
-    stream = "stderr" if unraisable.object is sys.stderr or unraisable.object is sys.__stderr__ else "stdout"
+    said = unraisable.err_msg or ""  # 3.13: `Exception ignored on flushing sys.stdout`, no object
+    if unraisable.object is not None and any(unraisable.object is f for f in (sys.stdout, sys.__stdout__)) or \
+            said.endswith("flushing sys.stdout"):
+        stream = "stdout"
+    elif unraisable.object is not None and any(unraisable.object is f for f in (sys.stderr, sys.__stderr__)) or \
+            said.endswith("flushing sys.stderr"):
+        stream = "stderr"
+    else:
+        return
     error = getattr(unraisable.exc_type, "__name__", "an error")
     why = "; the reader of its %s went away" % stream if issubclass(unraisable.exc_type, BrokenPipeError) else ""
     state.logger.event("exit", "status 120 after %.3f s; flushing %s at exit failed (%s)%s" % (
