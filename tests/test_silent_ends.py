@@ -181,6 +181,35 @@ def test_a_child_killed_while_its_parent_joins_it(tmp_path, logdir):
     assert "`process.exitcode` is negative" in cause["next"]
 
 
+def test_a_child_killed_while_its_parent_reads_its_queue_is_not_let_go(tmp_path, logdir):
+    """The parent waits for what the child would have sent: the child was not a worker its supervisor
+    let go (the parent is stuck), and the cause says it was killed."""
+    path = script(tmp_path, """
+        import multiprocessing as mp, time
+        def work(q):
+            time.sleep(60)
+            q.put("result")
+        if __name__ == "__main__":
+            mp.set_start_method("fork")
+            q = mp.Queue()
+            mp.Process(target=work, args=(q,)).start()
+            print(q.get())
+    """, name="reader.py")
+    proc = start([path], str(logdir))
+    try:
+        wait_log(str(logdir), "dump: stall")
+        child = next(d["pid"] for d in report_json(str(logdir))["processes"] if d["pid"] != proc.pid)
+        os.kill(child, signal.SIGKILL)
+        rep = wait_for(lambda: (lambda r: r if causes(r, "child-died") else None)(report_json(str(logdir))))
+    finally:
+        kill_tree(proc)
+    (cause,) = causes(rep, "child-died")
+    assert ("child pid %d (fork<reader) was killed by SIGKILL (the OOM killer or kill -9) after " % child) in \
+        cause["text"]
+    assert cause["next"].startswith("find what killed child %d: `dmesg -T" % child)
+    assert next(d for d in rep["processes"] if d["pid"] == child)["state"] == "vanished"
+
+
 def test_a_supervisor_that_kills_its_child_on_purpose_is_no_trouble(tmp_path, logdir):
     script(tmp_path, """
         import time
