@@ -9,7 +9,7 @@ handling at the last beat (so that a new one is told from it), which it lets go 
 import sys
 import time
 
-from earlylog.runtime import records
+from earlylog.runtime import records, redact
 
 QUIET = 60.0      # a thread seen handling nothing new for this long starts a new count
 MIN_FAILURES = 2  # failures caught at one place before a thread is called retrying
@@ -64,7 +64,7 @@ def _site(exc):
 
 
 def address(value):
-    """`10.0.0.5:29500`, `[::1]:80` or a socket path; None for anything else (never its repr)."""
+    """`10.0.0.5:29500` or `[::1]:80` for an (host, port) tuple; None for anything else (never its repr)."""
     if type(value) is tuple and len(value) >= 2 and type(value[0]) is str and type(value[1]) is int:
         return ("[%s]:%d" if ":" in value[0] else "%s:%d") % (value[0], value[1])
     return None
@@ -108,7 +108,7 @@ def describe(exc):
     text = name(kind)
     if kind.__module__ == "builtins":
         try:
-            words = str(exc)[:200].replace("\n", " ")
+            words = redact.url(str(exc)[:200].replace("\n", " "))  # a URL's password, a token in its query
             text += ": " + words if words else ""
         except Exception:
             pass
