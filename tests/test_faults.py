@@ -329,7 +329,7 @@ def test_the_interpreter_ends_only_once_no_thread_of_ours_is_inside_an_import(tm
             threads.gated(time.sleep, 0.4)
             # os.write, not print: a daemon thread killed at shutdown inside print() holds stdout's
             # lock, and flushing stdout then aborts the process (CPython's own daemon-thread race).
-            os.write(1, b"import done\n")
+            os.write(1, b"import done\\n")
         threads.start("earlylog-test", importing)
         time.sleep(0.05)
     """)
