@@ -323,7 +323,7 @@ def test_the_interpreter_ends_only_once_no_thread_of_ours_is_inside_an_import(tm
     machine, with the watchdog thread importing its module. So the exit waits for our imports
     (threads.quiesce), and our threads read files through bare descriptors (threads.read)."""
     code = script(tmp_path, """
-        import os, time
+        import time, os
         from earlylog.runtime import threads
         def importing():  # stands for a thread of ours importing a module as the program ends
             threads.gated(time.sleep, 0.4)
