@@ -27,10 +27,10 @@ CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_child.py
 # The full run fits 5 minutes on 2 busy cores; --smoke (CI) only shows that every row runs.
 PLANS = {
     "full": dict(startup_rounds=60, torch_rounds=5, torch_steps=200, log_calls=2000, log_blocks=20,
-                 print_rounds=8, print_count=20000, busy_rounds=5, busy_seconds=3.5, idle_seconds=60,
+                 print_rounds=8, print_count=20000, fork_rounds=6, fork_count=100, busy_rounds=5, busy_seconds=3.5, idle_seconds=60,
                  idle_pairs=3, stall_after=2, stall_runs=3, report_sizes=(1000, 2000), report_rounds=2, warmup=1),
     "smoke": dict(startup_rounds=3, torch_rounds=1, torch_steps=10, log_calls=200, log_blocks=3,
-                  print_rounds=2, print_count=500, busy_rounds=1, busy_seconds=3, idle_seconds=2,
+                  print_rounds=2, print_count=500, fork_rounds=1, fork_count=5, busy_rounds=1, busy_seconds=3, idle_seconds=2,
                   idle_pairs=1, stall_after=1, stall_runs=1, report_sizes=(10, 20), report_rounds=1, warmup=0),
 }
 HUNTER_ON = "module='__main__'"  # hunter's own example filter: trace the main script only
@@ -205,6 +205,43 @@ def pause_row(venvs, plan, work):
                   "EARLYLOG_STALL=1, EARLYLOG_NATIVE=1)" % (dumps, len(samples["on"]) + plan["warmup"]),
                   "EARLYLOG unset", "< 50 ms added", bench_stats.paired(samples["on"], samples["off"]),
                   0.05, "added")
+
+
+def fork_row(venvs, plan, work):
+    """One fork() (child _exit, parent waitpid) with EARLYLOG=1 against unset, on the newest Python
+    3.12+ here, through `earlylog env`'s PYTHONPATH: there earlylog's threads end before each fork
+    and start again after it, so that the fork warns as without earlylog; the child's own start
+    (its log file, its watchdog) is in the cost too."""
+    python = newest_python(12)
+    if python is None:
+        return missing("fork", "one fork()", "EARLYLOG unset", "-", "no Python 3.12+ on this machine")
+    from earlylog.cli import launch
+    path = launch.variables({})["PYTHONPATH"]
+    result = os.path.join(work, "fork-result")
+    sides = {"on": child_env(EARLYLOG=1, EARLYLOG_DIR=os.path.join(work, "fork-logs"), PYTHONPATH=path),
+             "off": child_env(PYTHONPATH=path)}
+
+    def one(name):
+        run_ok([python, CHILD, "forks", result, str(plan["fork_count"])], sides[name])
+        return read_result(result)
+
+    samples = bench_stats.interleave(plan["fork_rounds"], sides, one, plan["warmup"])
+    version = subprocess.run([python, "-c", "import sys; print(sys.version.split()[0])"], capture_output=True,
+                             text=True, env=child_env()).stdout.strip()
+    return judged("fork", "one fork() + waitpid, child exits at once (Python %s)" % version, "EARLYLOG unset", "-",
+                  bench_stats.paired(samples["on"], samples["off"]), None, unit="ms")
+
+
+def newest_python(minor):
+    """The newest pyenv CPython 3.<minor>+ that runs, or None."""
+    import glob
+    found = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.*/bin/python3")),
+                   key=lambda p: [int(x) for x in p.split("/versions/")[1].split("/")[0].split(".") if x.isdigit()])
+    for exe in reversed(found):
+        if int(exe.split("/versions/3.")[1].split(".")[0]) >= minor and \
+                subprocess.run([exe, "-c", "pass"], capture_output=True).returncode == 0:
+            return exe
+    return None
 
 
 def _count_stalls(folder):
@@ -408,6 +445,7 @@ def main(argv=None):
         rows += guarded("log-line", logline_row, venvs, plan, work)
         rows += guarded("print-live", print_row, venvs, plan, work)
         rows += guarded("stall-pause", pause_row, venvs, plan, work)
+        rows += guarded("fork", fork_row, venvs, plan, work)
         rows += guarded("idle", sleepers.rows)
         rows += guarded("report", report_row, venvs, plan, work)
     info["loadavg_end"] = os.getloadavg()

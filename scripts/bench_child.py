@@ -101,6 +101,18 @@ def idle(result, seconds):
                      "rss_start_kib": rss_start, "rss_end_kib": _rss_kib()})
 
 
+def forks(result, count):
+    """fork() + _exit() in the child + waitpid(), `count` times: the mean seconds of one."""
+    count = int(count)
+    began = time.perf_counter()
+    for _ in range(count):
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+    _result(result, (time.perf_counter() - began) / count)
+
+
 def stall(result, seconds):
     """Says it is starting, then goes silent: the time it fell silent goes to RESULT first."""
     print("starting job...", flush=True)
@@ -110,5 +122,5 @@ def stall(result, seconds):
 
 if __name__ == "__main__":
     scenario = {"torch": torch_loop, "logline": log_line, "print": prints, "busy": busy, "idle": idle,
-                "stall": stall}[sys.argv[1]]
+                "stall": stall, "forks": forks}[sys.argv[1]]
     scenario(*sys.argv[2:])

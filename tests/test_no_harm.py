@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from support import PYTHON, TIMEOUT, clean_env, log_files, read, run_both, run_python, script
+from support import PYTHON, TIMEOUT, clean_env, log_files, python_3, read, run_both, run_python, script
 
 
 def has_module(name):
@@ -336,3 +336,76 @@ def test_a_signal_the_program_blocks_waits_for_sigwait(logdir):
         print("got", signal.sigwait([signal.SIGUSR2]))
         """, logdir, env={"EARLYLOG_STALL": "0.2"})
     assert on.returncode == 0 and on.out.strip() == "got %d" % signal.SIGUSR2
+
+
+FORKS = """
+    import multiprocessing, os, sys, threading, warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pid = os.fork()
+        if pid == 0:
+            os._exit(3)
+        print("child", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+        worker = multiprocessing.get_context("fork").Process(target=print, args=("from a Process",))
+        worker.start()
+        worker.join()
+    print("Process", worker.exitcode, "warnings", [str(w.message) for w in caught], flush=True)
+    pid = os.fork()  # in __main__: Python shows a DeprecationWarning here by default, when it warns
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    lock = threading.Lock()
+    lock.acquire()
+    lock.acquire(timeout=2.5)  # the watchdog, started again after the forks, dumps this wait
+"""
+
+
+@pytest.mark.parametrize("minor", [12, 13])
+@pytest.mark.parametrize("flag", ["default", "error"])
+def test_a_fork_warns_exactly_as_without_earlylog(tmp_path, logdir, minor, flag):
+    # Python 3.12+ warns in os.fork() when the process has more than one OS thread: earlylog's
+    # threads (watchdog, probes, faulthandler's timer) must not be counted, and must come back.
+    exe = python_3(minor)
+    if exe is None:
+        pytest.skip("python3.%d is not on this machine" % minor)
+    from earlylog.cli import launch
+    env = {"PYTHONPATH": launch.variables({})["PYTHONPATH"], "EARLYLOG_STALL": "1"}
+    on = run_both(["-W", flag, script(tmp_path, FORKS)], logdir, python=exe, env=env)
+    assert "Process 0 warnings []" in on.out and "DeprecationWarning" not in on.err, on.err
+    main = [read(p) for p in on.files() if "-script.log" in p][0]
+    assert "stall after 1 s of silence" in main and "lock.acquire(timeout=2.5)" in main, main
+
+
+PTY_CHILDREN = """
+    import os, pty, sys
+
+    def command_output(argv):
+        pid, fd = pty.fork()  # what pexpect and pty.spawn do: the child's stdio is a new terminal
+        if pid == 0:
+            os.execv(argv[0], argv)
+        chunks = []
+        while True:
+            try:
+                data = os.read(fd, 1024)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+        os.waitpid(pid, 0)
+        return b"".join(chunks)
+
+    print(command_output(["/bin/echo", "hello"]))
+    print(command_output([sys.executable, "-c", "print('hi there')"]))
+"""
+
+
+def test_a_terminal_a_program_opens_for_its_child_carries_only_the_childs_output(tmp_path, logdir):
+    # pexpect's own suite failed 32 tests: the fork child wrote its start line into the new
+    # terminal before the exec, and a Python child its lines, and the parent read them as output.
+    on = run_both([script(tmp_path, PTY_CHILDREN)], logdir)
+    assert on.out.splitlines() == ["b'hello\\r\\n'", "b'hi there\\r\\n'"], on.out
+    texts = [read(p) for p in on.files()]
+    assert len(texts) == 4, texts  # the parent, two fork children, and the Python they became
+    assert sum(" (via fork, " in t for t in texts) == 2
+    assert [t for t in texts if "console lines off: a child of earlylog process" in t and "-c 'print(" in t]

@@ -49,6 +49,7 @@ MAX_BLOCK = 600         # continuation lines kept per event (a dump of 40 thread
 _HEAD = 100             # of which the first: a traceback's outermost frames, a dump's first threads
 MAX_KEPT = 30           # warnings and closed phases kept per process (the newest)
 # Kinds that are the process itself doing something; the watchdog's own lines are not.
+HANDLED = "handled "  # an `exception` line the process went on after (runtime/hooks.py)
 LIFE = ("start", "exit", "exception", "phase", "out", "err", "mark", "fork", "probe")
 _RAW_KINDS = ("fatal", "gil", "signal")
 
@@ -486,6 +487,8 @@ def _close_block(p):
         return
     kind, when, text, lines = block.kind, block.time, block.text, block.lines
     threads = _without_own_frames(p, parse_threads(lines))
+    if kind == "exception" and text.startswith(HANDLED):
+        return  # the interactive prompt (or the program) went on after it: not how the process ended
     if kind == "exception":
         p.exception = _raised(text, threads, block.cut)
         frames = p.exception.frames

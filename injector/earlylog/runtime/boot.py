@@ -72,14 +72,21 @@ def _probes_soon(logger):
         cwd = "unavailable (%s)" % exc.strerror
     state.probes_due = [cwd]
     from earlylog.runtime import threads
-    threads.start("earlylog-probes", _probe_thread, logger)
+    threads.start("earlylog-probes", _probe_thread, logger, time.monotonic() + PROBES_AFTER)
 
 
-def _probe_thread(logger):
+def _probe_thread(logger, due):
     # Let the program run first: without a sleep this thread keeps the GIL for up to a switch
-    # interval (5 ms) before the user's code gets it back.
-    time.sleep(PROBES_AFTER)
+    # interval (5 ms) before the user's code gets it back. A fork in the meantime ends the wait,
+    # and the thread, until the fork is over (docs/design.md#no-thread-of-ours-across-a-fork).
     from earlylog.runtime import threads
+    wake = threads.Wakeup()
+    threads.on_pause(wake)
+    if not threads.stopping():
+        wake.wait(due - time.monotonic())
+    if threads.stopping():
+        threads.parked(_probe_thread, logger, due)
+        return
     probes, facts = threads.gated(_probe_now, logger)
     if facts is not None:
         probes.run_slow(logger, facts)
@@ -146,12 +153,14 @@ def _start(origin, parent_tag=None):
     if parent_tag is not None:
         ident.forked(parent_tag)
     fd, path = sinks.open_log(config, ident, started, _log_arg(config, ident.argv))
-    # A fork child is the same program on the same streams: it keeps its parent's console choice.
+    # A fork child is the same program: it keeps its parent's console choice, unless its stream is
+    # a terminal that is not its parent's (pty.fork gave it one to read as data).
     if parent_tag is None:
         parent = sinks.earlylog_parent(config)
         quiet = parent is not None
     else:
-        parent, quiet = None, state.logger is not None and state.logger.console.kind == "off"
+        parent, quiet = None, state.logger is not None and state.logger.console.kind == "off" or \
+            _foreign_terminal(config)
     logger = state.logger = sinks.Logger(config, ident, started, fd, path,
                                          sinks.Console("off" if quiet else config.console))
     # The package folder lets a log reader know earlylog's own frames by location (a private
@@ -159,17 +168,19 @@ def _start(origin, parent_tag=None):
     # The grandparent links a process to its supervisor across a parent that does not log (Ray's
     # raylet); the place in a distributed job (rank, local and node rank, job id) names each rank
     # and its node in a report of many hosts.
+    # A fork child's start line stays in its file: the child may exec at once (pexpect, pty.spawn,
+    # a daemon's double fork), and its streams are then the new program's output, read as data.
     logger.event("start", "pid %d (parent %d) %s; log %s (via %s, earlylog %s at %s, Python %s)%s%s"
                  % (ident.pid, ident.ppid, _quote_argv(ident.argv), path or "unavailable", origin,
                     _version(), os.path.dirname(os.path.dirname(os.path.abspath(__file__))), sys.version.split()[0],
                     "; grandparent %d" % ident.grandparent if ident.grandparent else "",
-                    "; distributed " + ident.place if ident.place else ""))
+                    "; distributed " + ident.place if ident.place else ""), console=parent_tag is None)
     for problem in config.problems:
-        logger.event("WARNING", problem)
+        logger.event("WARNING", problem, console=parent_tag is None)  # the parent said it already
     if parent:
         logger.event("note", "console lines off: a child of earlylog process %d writes them to its %s only when "
-                             "that is a terminal (its parent may read it as data); they are in this file"
-                     % (parent, config.console))
+                             "that is its parent's terminal (a pipe, or a terminal a program opened for it, may be "
+                             "read as data); they are in this file" % (parent, config.console))
     for name, feature in _features():
         try:
             feature(logger)
@@ -180,31 +191,27 @@ def _start(origin, parent_tag=None):
     state.installed = True
 
 
+def _foreign_terminal(config):
+    from earlylog.runtime import sinks
+    fd = sinks.CONSOLE_FDS.get(config.console)
+    try:
+        return fd is not None and os.isatty(fd) and not sinks.parents_terminal(fd, os.getppid())
+    except OSError:
+        return False
+
+
 def _after_fork_child():
     """A fork child gets its own file and watchdog; it must take no lock the parent held."""
-    if _in_subprocess_exec():
-        return
-    parent_tag = state.logger.ident.tag if state.logger is not None else "python"
-    state.pid = os.getpid()
     try:
         from earlylog.runtime import threads
+        if threads.forking_to_exec():
+            return
+        parent_tag = state.logger.ident.tag if state.logger is not None else "python"
+        state.pid = os.getpid()
         threads.forked()
         _start("fork", parent_tag)
     except BaseException as exc:
         _failed("start-up after fork", exc)
-
-
-def _in_subprocess_exec():
-    """subprocess with preexec_fn forks in Python and execs at once: that child is the program
-    it is about to exec (which starts earlylog itself), not a fork child worth a log file."""
-    frame = sys._getframe(1).f_back  # above _after_fork_child; None when C code forked
-    for _depth in range(8):
-        if frame is None:
-            return False
-        if frame.f_code.co_name == "_execute_child" and frame.f_code.co_filename.endswith("subprocess.py"):
-            return True
-        frame = frame.f_back
-    return False
 
 
 def _log_arg(config, argv):

@@ -21,6 +21,7 @@ _signal = None      # the signal earlylog dumps stacks at (SIGTERM), None when i
 program_fatal = False   # the program enabled faulthandler (itself, PYTHONFAULTHANDLER, -X faulthandler)
 program_signal = False  # the program registered that signal itself
 program_timer = False   # the program armed or cancelled the timer: it is theirs from then on
+_timer_on = False       # earlylog's timer is armed: faulthandler runs a thread for it
 
 
 BEAT_MAX = 5.0  # the watchdog thread wakes at least this often (idle cost: one wake per beat)
@@ -54,10 +55,15 @@ def _before_fork():
         return
     try:
         armed.forking = True
+        # Counted before the timer is cancelled: its thread is one of ours until then.
+        pause = threads.WARNS_ON_FORK and threads.alone_but_ours(1 if _timer_on else 0) \
+            and not threads.forking_to_exec()
         if armed.timeout:
             cancel_timer()
         if armed.watchdog is not None:
             armed.watchdog.warn_fork()
+        if pause:
+            threads.pause_for_fork()
     except BaseException:  # never let an exception reach the application's fork()
         pass
 
@@ -68,7 +74,7 @@ def _after_fork_in_parent():
         return
     armed.forking = False
     try:
-        armed.rearm_timer()
+        threads.resume_after_fork(armed.rearm_timer, sys._getframe(1))
     except BaseException:
         pass
 
@@ -189,14 +195,18 @@ def _give_back():
 
 def arm_timer(seconds):
     """earlylog's timer: every thread's stack into its file after `seconds`, unless the program's."""
+    global _timer_on
     if not program_timer and _fd is not None:
         # Each call starts faulthandler's timer thread anew: it must not take the program's signals.
         threads.signals_blocked(_REAL["dump_traceback_later"], seconds, repeat=False, file=_fd)
+        _timer_on = True
 
 
 def cancel_timer():
+    global _timer_on
     if not program_timer:
         _REAL["cancel_dump_traceback_later"]()
+        _timer_on = False
 
 
 # What the program calls instead of faulthandler's own functions: each calls the real one first
@@ -251,10 +261,11 @@ def cancel_dump_traceback_later():
 
 
 def _timer_taken():
-    global program_timer
+    global program_timer, _timer_on
     if program_timer:
         return
     program_timer = True  # before the real call: the watchdog must not re-arm over the program's timer
+    _timer_on = False  # faulthandler's timer thread is the program's from now on
     logger = state.logger
     if logger is not None and state.pid == os.getpid():
         logger.event("note", "the program arms faulthandler's timer itself; earlylog's GIL-held stack dumps "

@@ -12,7 +12,8 @@ from earlylog.runtime import records, state
 # gone: sys.exc_info() and sys.last_value are empty):
 #   - sys.exit(n) (argparse, click, console scripts), exit()/quit(), os._exit(n): wrapped, each
 #     keeping the original and recording n before calling it;
-#   - an uncaught exception: our sys.excepthook sees it (status 1; KeyboardInterrupt 130);
+#   - an uncaught exception: our sys.excepthook sees it (status 1; KeyboardInterrupt 130), unless
+#     the interactive prompt goes on after it (see _handled_by);
 #   - Python 3.12+: sys.monitoring watches the __main__ module's code only (local CALL and
 #     PY_RETURN events), which shows `raise SystemExit(n)` at top level and a normal end;
 #   - Python 3.9-3.11, a script file: right after its top-level code ends, the interpreter
@@ -27,6 +28,7 @@ _flushed = False        # after_main() ran: the end of a script's top-level code
 _original = {}          # name -> the function we wrapped
 _main = None            # ident of the thread whose SystemExit ends the process
 _returned = False       # 3.12+: the __main__ code returned (else a SystemExit may be in flight)
+_reported = None        # id() of the exception our sys.excepthook saw last (not the object: its frames)
 _MAIN_TOOLS = (4, 3)    # sys.monitoring ids no standard tool claims (debugger 0, coverage 1, ...)
 MAX_ARG = 200           # characters of an exit call's argument kept in the record
 
@@ -43,6 +45,10 @@ def start(logger):
     _wrap(os, "_exit", "os._exit", _os_exit)
     _wrap_quitter()
     _original["excepthook"] = sys.excepthook
+    if sys.excepthook is sys.__excepthook__:
+        # Both, so `sys.excepthook is sys.__excepthook__` stays true: code.py, pyrepl, IDLE-like
+        # consoles and PyQt take the branch they take without earlylog (docs/design.md#excepthook-twin).
+        sys.__excepthook__ = _excepthook
     sys.excepthook = _excepthook
     _original["unraisablehook"] = sys.unraisablehook
     sys.unraisablehook = _unraisablehook
@@ -209,42 +215,121 @@ def _at_exit():
         from earlylog.runtime import stdio, threads
         for tee in stdio.tees():
             tee.drain()
+        if state.logger is not None:
+            _handled_last()
         _record()
         threads.quiesce()  # no thread of ours may be inside an import when the interpreter finalizes
     except Exception:  # never let an exception reach the application
         pass
 
 
-def _log_exception(prefix, exc_type, exc, tb):
+def _log_exception(prefix, exc_type, exc, tb, console=True):
+    """One `exception` event: the full traceback in the log file; on the console, the frames
+    sys.tracebacklimit lets Python print, so the two tracebacks a person sees agree."""
+    limit = getattr(sys, "tracebacklimit", None)
+    # Python prints the innermost N frames (the traceback module's limit=-N); 0 or less: none.
+    limit = None if type(limit) is not int or not console else -max(limit, 0)
     if isinstance(exc_type, type) and issubclass(exc_type, KeyboardInterrupt):
         # Importing traceback or reading source lines (linecache) here clears CPython's
         # "unhandled KeyboardInterrupt" flag, and the process would exit 1 instead of dying by
         # SIGINT (-2): frames only, with nothing imported.
-        lines = ["Traceback (most recent call last):"]
+        frames = []
         while tb is not None:
             code = tb.tb_frame.f_code
-            lines.append('  File "%s", line %d, in %s' % (code.co_filename, tb.tb_lineno, code.co_name))
+            frames.append('  File "%s", line %d, in %s' % (code.co_filename, tb.tb_lineno, code.co_name))
             tb = tb.tb_next
-        state.logger.event("exception", prefix + "KeyboardInterrupt", lines + ["KeyboardInterrupt"])
-        return
-    import traceback
-    lines = "".join(traceback.format_exception(exc_type, exc, tb)).rstrip("\n").split("\n")
-    head = "%s%s" % (prefix, traceback.format_exception_only(exc_type, exc)[-1].strip())
-    state.logger.event("exception", head, lines)
+        head = prefix + "KeyboardInterrupt"
+        lines = shown = ["Traceback (most recent call last):"] + frames + ["KeyboardInterrupt"]
+        if limit is not None:
+            kept = frames[len(frames) + limit:] if limit else []
+            shown = (["Traceback (most recent call last):"] + kept if kept else []) + ["KeyboardInterrupt"]
+    else:
+        import traceback
+        head = "%s%s" % (prefix, traceback.format_exception_only(exc_type, exc)[-1].strip())
+        lines = shown = _format(traceback, exc_type, exc, tb, None)
+        if limit is not None:
+            shown = _format(traceback, exc_type, exc, tb, limit)
+    logger = state.logger
+    logger.event("exception", head, lines, console=console and shown is lines)
+    if console and shown is not lines:
+        from earlylog.runtime import sinks
+        logger.console.write(logger.formatter.lines(sinks._now(), "exception", head, shown))
+
+
+def _format(traceback, exc_type, exc, tb, limit):
+    """Traceback lines; limit=None: all frames, whatever sys.tracebacklimit says."""
+    if limit is None and hasattr(sys, "tracebacklimit"):
+        limit = sys.maxsize  # told no limit, the traceback module reads sys.tracebacklimit
+    return "".join(traceback.format_exception(exc_type, exc, tb, limit=limit)).rstrip("\n").split("\n")
 
 
 def _excepthook(exc_type, exc, tb):
-    """sys.excepthook: log the uncaught exception and its status, then the original hook."""
-    global _status
+    """sys.excepthook (and sys.__excepthook__, its twin): log the exception, then the original hook.
+    Only an exception that ends the process is printed on the console and becomes its exit status;
+    one the interactive prompt (or the program itself) goes on after is logged as handled."""
+    global _status, _reported
     try:
         if state.logger is not None:
-            _log_exception("", exc_type, exc, tb)
-            interrupted = isinstance(exc_type, type) and issubclass(exc_type, KeyboardInterrupt)
-            # Python ends an uncaught KeyboardInterrupt by re-raising SIGINT (bpo-1054041): 130.
-            _status = (130 if interrupted else 1, "uncaught %s" % getattr(exc_type, "__name__", exc_type))
+            _reported = id(exc)
+            handled = _handled_by()
+            if handled:
+                _log_exception("handled %s: " % handled, exc_type, exc, tb, console=False)
+            else:
+                _log_exception("", exc_type, exc, tb)
+                interrupted = isinstance(exc_type, type) and issubclass(exc_type, KeyboardInterrupt)
+                # Python ends an uncaught KeyboardInterrupt by re-raising SIGINT (bpo-1054041): 130.
+                _status = (130 if interrupted else 1, "uncaught %s" % getattr(exc_type, "__name__", exc_type))
     except Exception:
         pass
     return _original["excepthook"](exc_type, exc, tb)
+
+
+def _handled_by():
+    """None when this call of the hook reports the exception that ends the process: Python's
+    own call, in the main thread, once the program's code has unwound (no module's code is
+    running) and no interactive prompt follows. Else who goes on after it."""
+    if _prompt_follows():
+        return "at the interactive prompt"
+    if get_ident() != _main:
+        return "by the program (a thread called sys.excepthook)"
+    try:
+        frame = sys._getframe(2)  # the hook's caller: none when Python's C code called it
+    except ValueError:
+        return None
+    while frame is not None:
+        # A module's code still running (the script, runpy, a console's loop, a GUI's event
+        # loop) means the caller goes on; a chain of hooks at exit has none.
+        if frame.f_code.co_name == "<module>":
+            return "by the program (it called sys.excepthook)"
+        frame = frame.f_back
+    return None
+
+
+def _prompt_follows():
+    """Whether Python's interactive prompt runs after this exception: its loop is running (it
+    sets sys.ps1), or -i / PYTHONINSPECT ask for it after the script ends (CPython's main.c
+    pymain_repl: with -i, or with stdin a terminal)."""
+    if hasattr(sys, "ps1"):
+        return True
+    flags = sys.flags
+    if not (flags.inspect or (not flags.ignore_environment and os.environ.get("PYTHONINSPECT"))):
+        return False
+    if flags.interactive:
+        return True
+    try:
+        return os.isatty(0)
+    except OSError:
+        return False
+
+
+def _handled_last():
+    """At exit: the last exception a console handled without calling sys.excepthook (code.interact,
+    3.13's pyrepl, IPython all set sys.last_value, or sys.last_exc) is logged as handled."""
+    if not (hasattr(sys, "ps1") or "IPython" in sys.modules):
+        return  # no console ran: a sys.last_value is the end of a program whose own hook replaced ours
+    exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    if isinstance(exc, BaseException) and id(exc) != _reported:
+        _log_exception("handled at the interactive prompt: ", type(exc), exc, exc.__traceback__, console=False)
 
 
 def _hook_threads():

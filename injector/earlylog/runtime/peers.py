@@ -111,16 +111,18 @@ def _environ(pid):
 
 def _prints(pid, env):
     """Does this child of an earlylog process write its console lines (sinks.earlylog_parent: only
-    to a terminal)?"""
+    to a terminal that its parent, this process, has too)?"""
     mode = env.get("EARLYLOG_CONSOLE", "stderr").strip().lower()
     fd = sinks.CONSOLE_FDS.get(mode, 2)  # a value it does not know: it warns and takes the default
     if fd is None:
         return False
+    path = "/proc/%d/fd/%d" % (pid, fd)
     try:
-        link = os.readlink("/proc/%d/fd/%d" % (pid, fd))
+        if not os.readlink(path).startswith(("/dev/pts/", "/dev/tty")):
+            return False
+        return sinks.a_terminal_of(os.stat(path), os.getpid())
     except OSError:
         return False
-    return link.startswith(("/dev/pts/", "/dev/tty"))
 
 
 def _signed(value):

@@ -121,8 +121,13 @@ def _remind():
     stall = state.config.stall if state.config is not None else 0
     after = min(REMIND_AFTER, stall) if stall else REMIND_AFTER
     me = os.getpid()
+    from earlylog.runtime import threads
+    wake = threads.Wakeup()
+    threads.on_pause(wake)
     while _reminder_pid == me:
-        time.sleep(after / 5)
+        if threads.stopping() or wake.wait(after / 5) and threads.stopping():
+            threads.parked(_remind)  # for a fork (docs/design.md#no-thread-of-ours-across-a-fork)
+            return
         now = time.monotonic()
         for stack in list(_open.values()):
             for entry in list(stack):

@@ -197,19 +197,21 @@ def _write_without_sigpipe(fd, data):
 
 def earlylog_parent(config):
     """The parent's pid when this process is a child of an earlylog process (the parent has a log
-    file open in this run's log folder) and its console stream is no terminal; else None.
-    Such a stream is the parent's business: `subprocess.run(..., capture_output=True)` reads it as
-    data (compares it, parses it, fails on anything there), and so do programs that swap their own
-    stderr before they start a child. The first process of a tree keeps its console lines
-    (a launcher such as Node.js shows them), and so does any process writing to a terminal."""
+    file open in this run's log folder) and its console stream is not its parent's terminal; else
+    None. Such a stream is the parent's business: `subprocess.run(..., capture_output=True)` reads
+    it as data (compares it, parses it, fails on anything there), and so do programs that swap their
+    own stderr before they start a child, and pexpect, which gives the child a terminal of its own
+    and reads it. The first process of a tree keeps its console lines (a launcher such as Node.js
+    shows them), and so does a child writing to the terminal its parent writes to: the person's
+    (docs/design.md#console-lines-only-where-a-person-reads)."""
     fd = CONSOLE_FDS.get(config.console)
     folder = config.dir or (os.path.dirname(config.file) if config.file else None)
     if fd is None or folder is None:
         return None  # no console, or the first process of a default run: no earlylog parent
     try:
-        if os.isatty(fd):
-            return None
         ppid = os.getppid()
+        if parents_terminal(fd, ppid):
+            return None
         names = os.listdir("/proc/%d/fd" % ppid)
     except OSError:  # closed, no /proc, or not ours to read: keep the console as it was asked
         return None
@@ -222,6 +224,25 @@ def earlylog_parent(config):
         if link.startswith(inside) or link == config.file:
             return ppid
     return None
+
+
+def parents_terminal(fd, ppid):
+    """True when fd is a terminal that the parent process has as its stdin, stdout or stderr: the
+    terminal of the person who started the run, not one that a program opened for a child (pexpect,
+    pty.spawn) and reads as data."""
+    return os.isatty(fd) and a_terminal_of(os.fstat(fd), ppid)
+
+
+def a_terminal_of(st, pid):
+    """True when st (the stat of a terminal) is the stdin, stdout or stderr of process pid."""
+    for fd in (0, 1, 2):
+        try:
+            other = os.stat("/proc/%d/fd/%d" % (pid, fd))
+        except OSError:
+            continue
+        if stat.S_ISCHR(other.st_mode) and other.st_rdev == st.st_rdev:
+            return True
+    return False
 
 
 class Console:

@@ -13,6 +13,14 @@ _alone = [False]  # this process must never get another thread: see forked()
 _gate = [_thread.allocate_lock()]  # held by a thread of ours while it imports: see gated()
 _fork_holder = [None]  # ident of the forking thread that took the gate in _hold_fork
 FORK_WAIT = 1.0   # the longest os.fork() waits for an import of ours to finish
+# Python 3.12+ warns in os.fork() when the process has more than one OS thread (counted by the
+# kernel), so our threads end before a fork and start again after it (see pause_for_fork).
+WARNS_ON_FORK = sys.version_info >= (3, 12)
+_starting = [0]   # threads of ours started but not yet in _ours
+_pausing = [False]  # a fork waits for our threads to end: see pause_for_fork()
+_wakes = {}       # ident -> Wakeup of each thread of ours that ends for a fork (see on_pause)
+_resume = []      # (name, target, args) of the threads that ended for the fork in progress
+_park_lock = [_thread.allocate_lock()]  # parked() against resume_after_fork(); never held across a call
 
 
 def gated(call, *args):
@@ -59,6 +67,11 @@ def _release_in_parent():
 
 def _fresh_in_child():
     _fork_holder[0] = None
+    _pausing[0] = False
+    _starting[0] = 0
+    del _resume[:]  # the parent starts them again; the child starts its own watchdog
+    _wakes.clear()
+    _park_lock[0] = _thread.allocate_lock()
     _gate[0] = _thread.allocate_lock()  # the child has none of our threads to hold it
     # Nor their names and kernel ids: a thread the child starts may get one of their idents.
     _ours.clear()
@@ -114,14 +127,147 @@ def start(name, target, *args):
     def run():
         me = _thread.get_ident()
         _ours[me], _natives[me] = name, _thread.get_native_id()
+        _starting[0] -= 1
         try:
             target(*args)
         except BaseException:  # ours: never "Exception ignored in thread" on the program's stderr
             pass
         finally:  # idents are reused: a later program thread must not inherit our name
+            _wakes.pop(me, None)
             _ours.pop(me, None)
             _natives.pop(me, None)
-    signals_blocked(_thread.start_new_thread, run, ())
+    _starting[0] += 1
+    try:
+        signals_blocked(_thread.start_new_thread, run, ())
+    except BaseException:
+        _starting[0] -= 1
+        raise
+
+
+def on_pause(wake):
+    """A long-lived thread of ours hands over the Wakeup it sleeps on: a coming fork sets it. The
+    thread then checks stopping() before each sleep, and once it is True hands its continuation to
+    parked() and returns (docs/design.md#no-thread-of-ours-across-a-fork)."""
+    _wakes[_thread.get_ident()] = wake
+
+
+def stopping():
+    """True while a fork waits for our threads to end."""
+    return _pausing[0]
+
+
+def parked(target, *args):
+    """From a thread of ours that ends for a fork: target(*args) runs in a new thread of ours once
+    the fork is done, in the parent (the child starts its own threads)."""
+    name = _ours.get(_thread.get_ident(), "earlylog")
+    with _park_lock[0]:
+        if _pausing[0]:
+            _resume.append((name, target, args))
+            return
+    start(name, target, *args)  # the fork was over before this thread got here
+
+
+def alone_but_ours(extra):
+    """True when no thread but the calling one and ours (plus `extra` of earlylog's: faulthandler's
+    timer) is in the kernel's count, /proc/self/stat's, which is what os.fork() counts: only then
+    would our threads alone make it warn."""
+    data = read("/proc/self/stat", 4096)
+    if not data:
+        return False
+    try:
+        count = int(data[data.rindex(b")") + 2:].split()[17])  # num_threads, the 20th field
+    except (ValueError, IndexError):
+        return False
+    return count - 1 - len(_ours) - _starting[0] - extra <= 0
+
+
+def pause_for_fork():
+    """Before os.fork() on Python 3.12+, in a process whose only other threads are ours: ask each to
+    end, and wait (FORK_WAIT at most) until the kernel counts one thread, so that the fork warns
+    exactly as it would without earlylog. resume_after_fork() starts them again in the parent."""
+    import time
+    _pausing[0] = True
+    for wake in list(_wakes.values()):
+        wake.set()
+    deadline = time.monotonic() + FORK_WAIT
+    while (_ours or _starting[0]) and time.monotonic() < deadline:
+        time.sleep(0.0001)
+    # A thread that returned is still in the kernel's count for a few microseconds; a count that
+    # stays above one for long is a thread we did not know of (a timer that fired): no use waiting.
+    deadline = min(deadline, time.monotonic() + 0.1)
+    while not alone_but_ours(0) and time.monotonic() < deadline:
+        time.sleep(0.0002)
+
+
+def resume_after_fork(restart, caller):
+    """In the parent after fork(): restart() (faulthandler's timer) and start again the threads
+    that ended for it, once os.fork() has counted the threads: 3.13 counts them after the at-fork
+    hooks, so this waits for the program's first instruction after the fork (see _after_return)."""
+    if not _pausing[0]:
+        restart()
+        return
+
+    def again():
+        with _park_lock[0]:
+            _pausing[0] = False
+            waiting = list(_resume)
+            del _resume[:]
+        restart()
+        for name, target, args in waiting:
+            start(name, target, *args)
+    if not _after_return(again, caller):
+        again()
+
+
+def _after_return(call, frame):
+    """Run call() once, at the next instruction, return or yield of frame or one of its two callers
+    (what runs once os.fork() has returned), through sys.monitoring events on those code objects
+    alone, removed at the first; False where that cannot be (before 3.12, no free tool id)."""
+    monitoring = getattr(sys, "monitoring", None)
+    tool = next((t for t in (4, 3) if monitoring.get_tool(t) is None), None) if monitoring else None
+    if tool is None or frame is None:
+        return False
+    events = monitoring.events
+    kinds = (events.INSTRUCTION, events.PY_RETURN, events.PY_YIELD)
+    codes = []
+    while frame is not None and len(codes) < 3:
+        codes.append(frame.f_code)
+        frame = frame.f_back
+    done = []
+
+    def once(*_args):
+        if done:
+            return
+        done.append(True)
+        for code in codes:
+            monitoring.set_local_events(tool, code, 0)
+        for kind in kinds:
+            monitoring.register_callback(tool, kind, None)
+        monitoring.free_tool_id(tool)
+        try:
+            call()
+        except BaseException:  # never let an exception reach the application
+            pass
+    monitoring.use_tool_id(tool, "earlylog")
+    for kind in kinds:
+        monitoring.register_callback(tool, kind, once)
+    for code in codes:
+        monitoring.set_local_events(tool, code, kinds[0] | kinds[1] | kinds[2])
+    return True
+
+
+def forking_to_exec():
+    """True in a fork hook of subprocess with preexec_fn: it forks in Python and execs at once, so
+    that child is the program it is about to exec (which starts earlylog itself), and no fork
+    warning comes of it."""
+    frame = sys._getframe(1)
+    for _depth in range(10):
+        if frame is None:
+            return False
+        if frame.f_code.co_name == "_execute_child" and frame.f_code.co_filename.endswith("subprocess.py"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def main_ident():

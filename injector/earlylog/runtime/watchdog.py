@@ -60,23 +60,32 @@ class Watchdog:
         self.last_beat = time.monotonic()
         self.cpu_at_beat = None
         self.title = None  # the process title last written in a note
+        # The loop's own state, kept here so that the loop goes on where it was after a fork
+        # (run() ends for it and starts again). The first look comes after a short wait, so the
+        # thread takes no GIL time from start-up.
+        self.memory = None
+        self.next_mem = time.monotonic() + 1.0
+        self.next_every = time.monotonic() + self.every
+        self.episode, self.next_at = None, self.stall
         armed.watchdog = self  # from now on a fork() names the program's threads (warn_fork)
 
     def run(self):
+        """The thread's life; it ends early for a fork and goes on in a new thread after it
+        (threads.pause_for_fork), its state kept here."""
         try:
+            threads.on_pause(self.wake)
             self._loop()
+            if threads.stopping():
+                threads.parked(self.run)
         except BaseException as exc:  # never let an exception reach the application
             if not sys.is_finalizing() and os.getpid() == self.pid:
                 self.logger.event("earlylog", "the watchdog stopped: %r" % (exc,))
 
     def _loop(self):
-        memory = None
-        # The first look comes after a short wait, so the thread takes no GIL time from start-up.
-        next_mem = time.monotonic() + 1.0
-        next_every = time.monotonic() + self.every
-        episode, next_at = None, self.stall
-        while self.armed.watchdog is self and os.getpid() == self.pid:
-            self.wake.wait(max(0.05, min(self._deadlines(next_mem, next_every, next_at)) - time.monotonic()))
+        while self.armed.watchdog is self and os.getpid() == self.pid and not threads.stopping():
+            self.wake.wait(max(0.05, min(self._deadlines()) - time.monotonic()))
+            if threads.stopping():
+                return
             now = time.monotonic()
             self.logger.check()
             self.armed.check_file()
@@ -86,22 +95,22 @@ class Watchdog:
                 self.dump("on request (earlylog dump)")
             silent_since = self.logger.last_activity
             if self.stall:
-                if episode is not None and silent_since != episode:
-                    self._quiet("stall", "over: activity again after %.0f s of silence" % (silent_since - episode))
-                    episode, next_at = None, self.stall
-                if now - silent_since >= next_at:
-                    episode = silent_since
+                if self.episode is not None and silent_since != self.episode:
+                    self._quiet("stall", "over: activity again after %.0f s of silence" % (silent_since - self.episode))
+                    self.episode, self.next_at = None, self.stall
+                if now - silent_since >= self.next_at:
+                    self.episode = silent_since
                     self.stall_dump(now - silent_since)
-                    next_at += min(next_at, GROWTH_CAP)
-            if self.every and now >= next_every:
+                    self.next_at += min(self.next_at, GROWTH_CAP)
+            if self.every and now >= self.next_every:
                 self.dump("every %g s (EARLYLOG_DUMP_EVERY)" % self.every)
-                next_every = now + self.every
-            if now >= next_mem:
-                memory = memory or threads.gated(_sampler)
-                text = memory.line()
+                self.next_every = now + self.every
+            if now >= self.next_mem:
+                self.memory = self.memory or threads.gated(_sampler)
+                text = self.memory.line()
                 if text:
                     self._quiet("mem", text)
-                next_mem = now + memory.every
+                self.next_mem = now + self.memory.every
 
     def _requested(self):
         """One system call a beat, no lock: taking the request away is the answer to it."""
@@ -111,12 +120,12 @@ class Watchdog:
             return False
         return True
 
-    def _deadlines(self, next_mem, next_every, next_at):
-        deadlines = [self.last_beat + self.beat, next_mem]
+    def _deadlines(self):
+        deadlines = [self.last_beat + self.beat, self.next_mem]
         if self.stall:
-            deadlines.append(self.logger.last_activity + next_at)
+            deadlines.append(self.logger.last_activity + self.next_at)
         if self.every:
-            deadlines.append(next_every)
+            deadlines.append(self.next_every)
         return deadlines
 
     def _check_gil(self, now):
