@@ -33,6 +33,11 @@ _GRANDPARENT = re.compile(r"\(via [^;]*\); grandparent (\d+)")
 _FORK_THREADS = re.compile(r"^fork\(\) while (\d+) other threads? runs? \((.*?)\): ")
 _PLACE = re.compile(r"; distributed ((?:\w+=\S+ ?)+)$")
 _TITLE = "process title: "
+# asyncio's own report of a task freed with an exception nobody retrieved, on stderr: this line,
+# then `future: <Task finished name='Task-2' coro=<producer() done, ...> exception=ValueError(...)>`
+# and the task's traceback (a task the program kept no reference to is freed as it fails).
+_UNRETRIEVED = "Task exception was never retrieved"
+_FUTURE = re.compile(r"^future: <Task finished name='(.*?)' coro=<(\S+?)\(\) done\b.*? exception=(.*)>$")
 _TASK = re.compile(r"^    task \S+: ")  # a pending asyncio task's await chain, under its thread
 # A supervisor's own words, in a process's output, that it killed another process by pid: who killed,
 # and the pattern (one group: the pid). Ray's memory monitor names the worker it killed in the
@@ -89,6 +94,8 @@ class Proc:
         # `exception:` record of ours.
         self.printed = None
         self.printing = None    # a Block
+        self.task_deaths = []   # TaskDied: asyncio's "Task exception was never retrieved" reports
+        self.unretrieved = None  # one being read: [time, name, coroutine, exception, traceback before]
         self.block = None       # the Block whose `| ` lines are being read
 
     @property
@@ -106,6 +113,9 @@ class Proc:
 Raised = namedtuple("Raised", "text frames cut")  # cut: lines of its traceback not kept
 # A thread that ended with an exception (`exception: in thread NAME: ...`): name, what, where, when.
 Died = namedtuple("Died", "thread text frames time")
+# An asyncio task freed with an exception nobody retrieved: its name, coroutine function, exception
+# (`ValueError('bad row')`), traceback frames (innermost first) and when asyncio said so.
+TaskDied = namedtuple("TaskDied", "task coro text frames time")
 # A signal's stack (faulthandler's bare block at SIGTERM): what happened, when, which threads.
 Signalled = namedtuple("Signalled", "text time threads after_exit")  # after_exit: it came after the exit record
 
@@ -357,6 +367,7 @@ def _event(folder, p, kind, when, text):
         p.output = (when, text)
         if kind == "err":
             _printed_traceback(p, text)
+            _unretrieved(p, when, text)
         if "pid" in text:
             _kill_notice(folder, p, text)
     elif kind == "start":
@@ -473,6 +484,25 @@ def _printed_traceback(p, line):
             threads = _without_own_frames(p, parse_threads(p.printing.lines))
             p.printed = _raised(line.strip()[:300], threads, p.printing.cut)
         p.printing = None
+
+
+def _unretrieved(p, when, line):
+    """Follow asyncio's "Task exception was never retrieved" report: its `future:` line names the
+    task, and the traceback after it (read by _printed_traceback) is where the task died."""
+    seen = p.unretrieved
+    if line == _UNRETRIEVED:
+        p.unretrieved = [when, None, None, None, p.printed]
+    elif seen is not None and seen[1] is None:
+        m = _FUTURE.match(line)
+        if m:
+            seen[1:4] = m.groups()
+        else:
+            p.unretrieved = None
+    elif seen is not None and p.printing is None:
+        if p.printed is not seen[4]:
+            died = TaskDied(seen[1], seen[2], seen[3], p.printed.frames, seen[0])
+            p.task_deaths = (p.task_deaths + [died])[-MAX_KEPT:]
+        p.unretrieved = None
 
 
 def _raised(text, threads, cut):

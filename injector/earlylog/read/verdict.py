@@ -7,7 +7,7 @@ import re
 import time
 
 from earlylog import __version__
-from earlylog.read import idle, known, process_causes, thread_causes
+from earlylog.read import async_causes, idle, known, process_causes, thread_causes
 from earlylog.read.causes import busy, first_line, label, secs
 from earlylog.read.frames import (call_name, frame_dict, frame_tuple, in_event_loop, library, task_chains, user_frame,
                                   where)
@@ -149,7 +149,9 @@ def _idle(d, p):
     """A stall whose threads all wait for work (an event loop, serve_forever, a pool's queue, a
     sleep loop), or whose worker pool titles it idle (`ray::IDLE`), is idleness, not a hang: state
     `idle`, and the reason (see idle.py)."""
-    d["idle"] = idle.reason(p.stall["threads"]) or idle.by_title(p.title)
+    d["idle"] = idle.reason(p.stall["threads"]) or idle.by_title(p.title) or idle.at_terminal([p.stall["text"]])
+    if d["idle"] and async_causes.orphaned(p):
+        d["idle"] = None  # a task died, and the others wait for what it would have produced
     if d["idle"] and d["state"] == "stalled":
         d["state"] = "idle"
     elif d["state"] == "stalled" and busy(p.stall["text"]):
@@ -468,7 +470,7 @@ def _in_collective(d):
 def _causes(report, folder):
     """Every cause the evidence shows, thread-level first; one failing step costs only its own."""
     found = []
-    for module in (thread_causes, process_causes):
+    for module in (thread_causes, async_causes, process_causes):
         try:
             found.extend(module.find(report, folder))
         except Exception as exc:  # input nobody foresaw: say so, keep the rest of the report

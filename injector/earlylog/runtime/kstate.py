@@ -19,6 +19,10 @@ _CALLS = {
                 206: "write", 211: "write", 207: "read", 212: "read", 243: "read", 269: "write",
                 32: "flock", 25: "fcntl", 56: "open", 133: "signal", 137: "signal"},
 }
+# select()/pselect6() and poll()/ppoll() with no descriptor to watch are sleeps: Python 3.9 and 3.10
+# sleep in time.sleep() with select(0, NULL, NULL, NULL, timeout), 3.11+ in clock_nanosleep().
+_SELECTS = {"x86_64": (23, 270), "aarch64": (72,)}  # (nfds, readfds, writefds, exceptfds, ...)
+_POLLS = {"x86_64": (7, 271), "aarch64": (73,)}     # (fds, nfds, ...)
 STATES = {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O", "T": "stopped",
            "t": "stopped by a debugger", "Z": "a zombie", "X": "dead", "I": "idle"}
 _STREAMS = {0: "stdin", 1: "stdout", 2: "stderr"}
@@ -102,7 +106,17 @@ def syscall(tid, pid="self"):
         return None
     if number < 0 or len(args) < 6:  # blocked outside any system call (a page fault)
         return None
-    return _CALLS.get(os.uname().machine, {}).get(number), number, args
+    machine = os.uname().machine
+    name = _CALLS.get(machine, {}).get(number)
+    if name == "poll" and _watches_nothing(machine, number, args):
+        name = "sleep"
+    return name, number, args
+
+
+def _watches_nothing(machine, number, args):
+    if number in _SELECTS.get(machine, ()):
+        return args[0] == 0 or not any(args[1:4])
+    return number in _POLLS.get(machine, ()) and args[1] == 0
 
 
 def words(call):

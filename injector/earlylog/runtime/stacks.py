@@ -1,7 +1,8 @@
 """The rich stack dump: every thread's name, ids, daemon flag, kernel state, phase and frames,
 plus each pending asyncio task's await chain (`task NAME: FILE:LINE in CORO > ... > awaiting WHAT`,
-WHAT being `a Future`, `task NAME`, `gather of N tasks`, SERVER_READ or the object's repr) and the
-addresses the loop serves. It only reads; it must never block or raise."""
+WHAT being `a Future`, `task NAME`, `gather of N tasks`, SERVER_READ or the object's repr), the
+addresses the loop serves, and aio.py's lines (the task a blocked loop runs, tasks that died
+unheard). It only reads; it must never block or raise."""
 import sys
 import time
 
@@ -53,6 +54,7 @@ def lines(shares=None, skip_ident=None):
         state = _state(kstate, tid, shares)
         for part in (lambda: ["  " + state] if state else [],
                      lambda: _handles(state) if ident == main else [],
+                     lambda: _terminal(tid, frame, ident == main) if tid else [],
                      lambda: ["  phase: " + phases.describe(ident)] if phases.describe(ident) else [],
                      lambda: waits.notes(ident, frame, frames, threads),
                      lambda: peers.lines(tid, ident, frame) if tid else [],
@@ -75,6 +77,13 @@ def _state(kstate, tid, shares):
         return kstate.describe(tid, shares.get(tid)) if tid else None
     except Exception:
         return None
+
+
+def _terminal(tid, frame, main):
+    """`terminal: waiting for input at the terminal (input())` for a thread a person answers."""
+    from earlylog.runtime import terminal
+    line = terminal.note(tid, frame, main)
+    return ["  " + line] if line else []
 
 
 def _handles(state):
@@ -108,10 +117,12 @@ def _asyncio_lines(frame):
     if loop is None:
         return []
     import asyncio
+    from earlylog.runtime import aio
+    found = aio.lines(frame, loop)  # the task it runs, if any; its tasks that died unheard
     try:
         tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
     except RuntimeError:  # the task set changed while we read it; the next dump will have it
-        return ["  asyncio: the task list changed while being read"]
+        return ["  asyncio: the task list changed while being read"] + found
     serving = _serving(loop)
     out = ["  asyncio: %d pending task%s on this thread's event loop%s" % (
         len(tasks), "" if len(tasks) == 1 else "s", "; it serves " + " ".join(serving) if serving else "")]
@@ -120,7 +131,7 @@ def _asyncio_lines(frame):
         out.append("    task %s: %s" % (task.get_name(), " > ".join(await_chain(task.get_coro(), _waiter(task)))))
         sockets += _client_read(task.get_coro())
     # Under the tasks: a thread note, as a blocking socket call's own (read/process_causes.py).
-    return out + ["  socket: " + text for text in sockets[:8]]
+    return out + found + ["  socket: " + text for text in sockets[:8]]
 
 
 def _client_read(coro):

@@ -664,6 +664,16 @@ def _at(here, span, attr, site):
     return start == site[:2] and end == site[2:]
 
 
+def call_at(frame):
+    """`time.sleep`, `sock.recv`: the attribute call the frame is executing, as its source writes
+    it, or None (no source, or not such a call: `sleep(1)`, a `with` entry). Never raises."""
+    try:
+        found = [(text, attr) for _expr, attr, text in _calls_at(frame) if attr != "with"]
+    except Exception:
+        return None
+    return "%s.%s" % found[-1] if found else None
+
+
 def _held_at(frame):
     """What the frame holds at its current line. A function with no `with` or `acquire` between
     its start and that line holds nothing, and is not parsed at all (most library frames)."""
@@ -819,3 +829,7 @@ def _thread_name(thread, ident):
     name = _field(thread, "_name") if thread is not None else None
     return name if type(name) is str else "0x%x" % ident
 
+
+
+# What runtime/aio.py reads tasks with.
+field, module_dict, isa, lookup, instance_dict = _field, _module_dict, _isa, _lookup, _instance_dict

@@ -164,17 +164,21 @@ class Watchdog:
         from earlylog.runtime import phases
         phase = phases.describe(threads.main_ident()) or next(
             (phases.describe(tid) for tid in phases.current()), "")
-        waiting, printed = None, False
+        waiting, printed, prompt = None, False, None
         if busy:
             state = "busy: CPU time still rising (%d%% of a core), computing rather than hung" % round(whole * 100)
         else:
-            waiting, printed = _waiting_for_children()
-            state = waiting or "blocked: no CPU used; each thread below says on what"
+            from earlylog.runtime import terminal
+            prompt = terminal.waiting()  # a person at the terminal (a pager, an editor: a child's)
+            if not prompt:
+                waiting, printed = _waiting_for_children()
+            state = prompt or waiting or "blocked: no CPU used; each thread below says on what"
         # A launcher waiting for children whose own stall lines reach the terminal would only repeat
-        # them there, and alarm about a healthy run while they work: its line stays in its log.
+        # them there, and alarm about a healthy run while they work: its line stays in its log. A
+        # person answering a prompt would find the line in the middle of it: never on the console.
         self._quiet("stall", "silent for %.0f s%s; %s; stacks in %s" % (
             silence, " (phase %s)" % phase if phase else "", state, self.logger.path or "the console"),
-            console=None if printed else True)
+            console=False if prompt else None if printed else True)
         self._dump("stall after %.0f s of silence" % silence, shares)
 
     def dump(self, reason):
