@@ -11,7 +11,8 @@ from support import ROOT, clean_env
 
 ROWS = {"startup-installed", "startup-on", "alt-importtime", "alt-faulthandler", "alt-hunter-installed",
         "alt-hunter-on", "torch-import", "torch-loop", "log-line", "print-live", "idle-cpu", "memory",
-        "stall-latency", "stall-pause", "fork", "exit", "report"}
+        "stall-latency", "stall-pause", "fork", "retry-beat", "alt-audit-event", "alt-audit-deepcopy", "exit",
+        "report"}
 
 
 @pytest.mark.slow

@@ -18,6 +18,12 @@ _EXIT = re.compile(r"status (-?\d+)")
 _UNRECORDED = ("start-up failed", "hooks failed")  # earlylog's own failures that lose the exit record
 _EXIT_CALL = re.compile(r"; ((?:sys\.exit|exit|os\._exit|raise SystemExit)\(.*\)(?: in \S+ at [^;]*?:\d+)?"
                         r"|python could not open the script [^;]*)(?:; |$)")  # `sys.exit(3) in main at a.py:5`
+# Who called os._exit when the program's own code did (`; from thread loader while the main thread was
+# in main at a.py:9`, `; from the main thread`), and a failed last flush of the output (status 120).
+_EXIT_FROM = re.compile(r"; from (thread .+?|the main thread)(?: while the main thread was in (.+?:\d+))?(?:; |$)")
+_EXIT_FLUSH = re.compile(r"; flushing (stdout|stderr) at exit failed \((\w+)\)(; the reader of its \w+ went away)?")
+# A thread failing again and again between sleeps (runtime/retries.py).
+_RETRYING = re.compile(r"^retrying: thread (.+?): (\d+) failures seen in the last ([\d.]+) s; handling (.+)$")
 _OWN_AT = re.compile(r"earlylog \d+(?:\.\d+)+ at (/.*?), Python ")
 # This reader's own package folder; each log's start line names the folder of the copy that wrote it.
 OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -73,6 +79,9 @@ class Proc:
         self.files = []
         self.first = self.last = self.activity = None
         self.exit_status = self.exit_time = self.exit_call = None
+        self.retrying = {}      # thread name -> {"time", "count", "address", "seconds", "handling"}, the newest
+        self.exit_from = None   # (`thread loader` or `the main thread`, where the main thread was or None)
+        self.exit_flush = None  # (stream, error, whether its reader went away): the last flush failed (120)
         self.exception = None   # Raised
         self.repeated = 0       # that traceback's "[Previous line repeated N more times]", summed
         self.deaths = []        # Died: threads that ended with an exception
@@ -89,6 +98,7 @@ class Proc:
         self.warnings = []
         self.unrecorded = None  # earlylog's own failure that leaves the process with no exit record
         self.output = None      # the last line the program printed: (time, text), from `out:`/`err:`
+        self.stdout = None      # ... of which the last on stdout
         # The last traceback the program printed on its stderr (Raised), and one being read: a
         # multiprocessing child reports its error that way and ends by os._exit(1), with no
         # `exception:` record of ours.
@@ -357,6 +367,9 @@ def _line(folder, path, state, line):
     # The phase reminder's `waiting X: still waiting` line is the watchdog's kind: no sign of life.
     if kind in LIFE and when is not None and not (kind == "phase" and record["msg"].startswith("waiting ")):
         p.activity = when
+        if p.stall is not None and p.stall.get("resumed") is None and p.stall["time"] is not None and \
+                when >= p.stall["time"]:
+            p.stall["resumed"] = when  # its wait ended then: a child it waited for ended about then
         if kind not in ("start", "probe") and not (kind == "phase" and record["msg"].split(" ", 2)[1:2] == ["import"]):
             p.starting = False
     _event(folder, p, kind, when, record["msg"])
@@ -365,6 +378,8 @@ def _line(folder, path, state, line):
 def _event(folder, p, kind, when, text):
     if kind in ("out", "err"):
         p.output = (when, text)
+        if kind == "out":
+            p.stdout = p.output
         if kind == "err":
             _printed_traceback(p, text)
             _unretrieved(p, when, text)
@@ -396,7 +411,11 @@ def _event(folder, p, kind, when, text):
         p.exit_status = int(m.group(1)) if m else None
         p.exit_time = when
         how = _EXIT_CALL.search(text)
-        p.exit_call = how.group(1) if how else None
+        p.exit_call = how.group(1) if how else p.exit_call  # a later 120 record keeps the call
+        by = _EXIT_FROM.search(text)
+        p.exit_from = (by.group(1), by.group(2)) if by else p.exit_from
+        flush = _EXIT_FLUSH.search(text)
+        p.exit_flush = (flush.group(1), flush.group(2), bool(flush.group(3))) if flush else None
     elif kind in ("exception", "stall", "dump", "signal", "fatal"):
         p.block = Block(kind, when, text)
     elif kind == "phase":
@@ -408,6 +427,11 @@ def _event(folder, p, kind, when, text):
         p.mem[1:] = [text] if p.mem else []
         if not p.mem:
             p.mem.append(text)
+    elif kind == "note" and text.startswith("retrying: "):
+        m = _RETRYING.match(text)
+        if m:
+            p.retrying[m.group(1)] = {"time": when, "count": int(m.group(2)), "seconds": float(m.group(3)),
+                                      "handling": m.group(4)}
     elif kind == "note" and text.startswith(_TITLE):
         p.title = text[len(_TITLE):].strip() or None
     elif kind == "note" and text.startswith("watchdog: stacks after "):

@@ -99,11 +99,7 @@ def _saw(value, how, caller=None):
 def _place(frame):
     """`main at train.py:12`; for a call in a library (argparse's exit), also the program's own
     frame that led there: `exit at argparse.py:2633, from main at train.py:12`."""
-    # The standard library's and installed packages' folders (found here, at exit, not at start-up).
-    libraries = tuple({os.path.dirname(os.__file__) + os.sep} | {p + os.sep for p in sys.path if p.endswith("-packages")})
-    outer = frame
-    while outer is not None and outer.f_code.co_filename.startswith(libraries):
-        outer = outer.f_back
+    outer = records.outer(frame)
     text = records.place(frame.f_code.co_name, frame.f_code.co_filename, frame.f_lineno)
     if outer is not None and outer is not frame:
         text += ", from " + records.place(outer.f_code.co_name, outer.f_code.co_filename, outer.f_lineno)
@@ -125,14 +121,41 @@ def _quitter_call(self, code=None):
 
 
 def _os_exit(status):
-    """os._exit (multiprocessing children end with it): one record, then the real exit."""
+    """os._exit (multiprocessing children end with it): one record, then the real exit. Called from
+    another thread than the main one, the record names that thread and where the main thread was:
+    the process ends there at once, without its finally blocks, atexit callbacks or buffered output."""
+    global _status
     try:
         if isinstance(status, int):  # anything else raises TypeError below, and the process goes on
-            _saw(status, "os._exit", sys._getframe(1))
+            caller = sys._getframe(1)
+            _saw(status, "os._exit", caller)
+            if isinstance(_status, tuple) and get_ident() != _main:
+                _status = (_status[0], _status[1] + _other_thread())
+            elif isinstance(_status, tuple) and records.outer(caller) is caller:
+                # The program's own call, not multiprocessing's or a pool's end of a worker.
+                _status = (_status[0], _status[1] + "; from the main thread")
             _record()
     except BaseException:  # os._exit must exit whatever happens to our record
         pass
     _original["os._exit"](status)
+
+
+def _other_thread():
+    """`; from thread loader while the main thread was in main at train.py:40`: os._exit called by
+    a thread that is not the main one (read from frames only: no code of the program runs)."""
+    threading = sys.modules.get("threading")
+    name = "?"
+    try:
+        thread = threading._active.get(get_ident()) if threading is not None else None
+        name = thread._name if thread is not None else "?"
+    except Exception:
+        pass
+    text = "; from thread %s" % name
+    main = sys._current_frames().get(_main)
+    if main is not None:
+        text += " while the main thread was in %s" % records.place(
+            main.f_code.co_name, main.f_code.co_filename, main.f_lineno)
+    return text
 
 
 def _record():
@@ -332,6 +355,27 @@ def _handled_last():
         _log_exception("handled at the interactive prompt: ", type(exc), exc, exc.__traceback__, console=False)
 
 
+def _flush_failed(unraisable):
+    """After the exit record, the interpreter's last flush of stdout or stderr failed: Python then
+    exits with status 120, not the one recorded. A second `exit:` record says so (the reader keeps
+    the last); a BrokenPipeError there means the reader of the output went away (`| head`)."""
+    if _status != "written":
+        return
+    said = unraisable.err_msg or ""  # 3.13: `Exception ignored on flushing sys.stdout`, no object
+    if unraisable.object is not None and any(unraisable.object is f for f in (sys.stdout, sys.__stdout__)) or \
+            said.endswith("flushing sys.stdout"):
+        stream = "stdout"
+    elif unraisable.object is not None and any(unraisable.object is f for f in (sys.stderr, sys.__stderr__)) or \
+            said.endswith("flushing sys.stderr"):
+        stream = "stderr"
+    else:
+        return
+    error = getattr(unraisable.exc_type, "__name__", "an error")
+    why = "; the reader of its %s went away" % stream if issubclass(unraisable.exc_type, BrokenPipeError) else ""
+    state.logger.event("exit", "status 120 after %.3f s; flushing %s at exit failed (%s)%s" % (
+        time.time() - state.logger.started, stream, error, why))
+
+
 def _hook_threads():
     threading = sys.modules["threading"]
     _original["threading.excepthook"] = threading.excepthook
@@ -341,9 +385,12 @@ def _hook_threads():
 def _thread_excepthook(args):
     """threading.excepthook: log the thread's exception, then the original hook."""
     try:
-        if state.logger is not None and args.exc_type is not SystemExit:
+        if state.logger is not None:
+            # sys.exit() in a thread ends only that thread, without a word: recorded too, since the
+            # main thread may wait for that thread's work (the report says so only then).
             name = getattr(args.thread, "name", None) or "?"
-            _log_exception("in thread %s: " % name, args.exc_type, args.exc_value, args.exc_traceback)
+            _log_exception("in thread %s: " % name, args.exc_type, args.exc_value, args.exc_traceback,
+                           console=args.exc_type is not SystemExit)  # threading prints nothing for it either
     except Exception:
         pass
     return _original["threading.excepthook"](args)
@@ -360,6 +407,7 @@ def _unraisablehook(unraisable):
                 pass
             _log_exception("unraisable: %s: " % where, unraisable.exc_type, unraisable.exc_value,
                            unraisable.exc_traceback)
+            _flush_failed(unraisable)
     except Exception:
         pass
     return _original["unraisablehook"](unraisable)

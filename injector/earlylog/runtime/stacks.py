@@ -6,7 +6,7 @@ unheard). It only reads; it must never block or raise."""
 import sys
 import time
 
-from earlylog.runtime import peers, records, threads as our_threads, waits
+from earlylog.runtime import peers, records, retries, threads as our_threads, waits
 
 MAX_FRAMES = 40
 SERVER_READ = "a request on a connection its server accepted"  # what an idle server's handler awaits
@@ -58,6 +58,7 @@ def lines(shares=None, skip_ident=None):
                      lambda: ["  phase: " + phases.describe(ident)] if phases.describe(ident) else [],
                      lambda: waits.notes(ident, frame, frames, threads),
                      lambda: peers.lines(tid, ident, frame) if tid else [],
+                     lambda: retries.lines(ident, frame),
                      lambda: ["  " + f for f in frame_lines(frame)],
                      lambda: _asyncio_lines(frame)):
             try:

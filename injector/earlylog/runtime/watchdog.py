@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from earlylog.runtime import fault, threads
+from earlylog.runtime import fault, retries, threads
 
 GROWTH_CAP = 3600.0  # stall dumps come at S, 2S, 4S ... of silence, at least once an hour after
 
@@ -35,6 +35,14 @@ def _waiting_for_children():
     own = "; %s own log%s whether %s stuck" % (("its", " says", "it is") if len(children) == 1 else
                                               ("their", "s say", "they are")) if logged else ""
     return "waiting for child%s %s%s" % ("" if len(children) == 1 else "ren", named, own), printed
+
+
+def _names():
+    """{ident: name} of the program's threads for a retrying note, read without threading's lock."""
+    active = getattr(sys.modules.get("threading"), "_active", None) or {}
+    names = {ident: getattr(t, "_name", "?") for ident, t in dict(active).items()}
+    names.setdefault(threads.main_ident(), "MainThread")
+    return names
 
 
 def _sampler():
@@ -105,6 +113,9 @@ class Watchdog:
             if self.every and now >= self.next_every:
                 self.dump("every %g s (EARLYLOG_DUMP_EVERY)" % self.every)
                 self.next_every = now + self.every
+            # A thread failing again and again between sleeps is retrying, however much it logs.
+            for text in retries.beat(_names, max(self.stall, 10.0)):
+                self._quiet("note", text)
             if now >= self.next_mem:
                 self.memory = self.memory or threads.gated(_sampler)
                 text = self.memory.line()
