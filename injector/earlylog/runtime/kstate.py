@@ -3,7 +3,7 @@ Linux-only (elsewhere it says nothing); it must never read from, write to or cha
 import os
 import sys
 
-from earlylog.runtime import threads as our_threads
+from earlylog.runtime import fds
 
 # syscall number -> what the call is; /proc/<tid>/syscall gives the number and raw arguments.
 _CALLS = {
@@ -29,7 +29,10 @@ _STREAMS = {0: "stdin", 1: "stdout", 2: "stderr"}
 
 
 def _read(path):
-    return (our_threads.read(path) or b"").decode("ascii", "replace").strip()
+    # This process's task files are read at every dump: kept open (fds.read's keep), those of
+    # another process are not.
+    keep = path.startswith("/proc/self/")
+    return (fds.read(path, keep=keep) or b"").decode("ascii", "replace").strip()
 
 
 def cpu_seconds(tid):
@@ -52,9 +55,11 @@ def _stat_seconds(path):
 
 def tids():
     try:
-        return [int(t) for t in os.listdir("/proc/self/task")]
+        names = fds.listdir("/proc/self/task")
     except OSError:
         return []
+    fds.forget("/proc/self/task", names)  # the kept files of threads that are gone
+    return [int(t) for t in names]
 
 
 def _tick_rate():
@@ -201,7 +206,7 @@ def _socket_kind(fd):
     import socket
     import termios
     try:
-        sock = socket.socket(fileno=os.dup(fd))
+        sock = fds.socket_of(fd)
     except OSError:
         return "a socket", None
     try:
@@ -223,7 +228,7 @@ def _socket_kind(fd):
 def _address(fd, peer):
     import socket
     try:
-        sock = socket.socket(fileno=os.dup(fd))
+        sock = fds.socket_of(fd)
     except OSError:
         return ""
     try:

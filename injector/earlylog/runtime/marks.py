@@ -203,7 +203,11 @@ def _check_master(host, port, rank):
 def _check_port_free(port):
     import errno
     import socket
-    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    from earlylog.runtime import fds
+    try:
+        probe = fds.socket(socket.AF_INET, socket.SOCK_STREAM)  # high: a stale close never hits it
+    except OSError:
+        return
     try:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as TCPStore's own server
         probe.bind(("", port))
@@ -218,7 +222,7 @@ def _check_port_free(port):
 def _check_reachable(host, port):
     import socket
     try:
-        socket.create_connection((host, port), timeout=3).close()
+        _connect(host, port, 3)
     except ConnectionRefusedError:
         pass  # nobody listens yet: normal while rank 0 is still starting
     except socket.gaierror as exc:
@@ -226,6 +230,26 @@ def _check_reachable(host, port):
     except (OSError, ValueError, OverflowError) as exc:  # MASTER_ADDR=a..b, MASTER_PORT=70000
         _warn("MASTER_ADDR:PORT %s:%d is unreachable from this machine (%s): this rank will wait "
               "until the timeout; check the address, routes and firewalls" % (host, port, exc.strerror or exc))
+
+
+def _connect(host, port, timeout):
+    """socket.create_connection((host, port), timeout).close(), with each socket at a high number
+    (fds.socket): this runs in a thread of ours, where a low number may be one the program just
+    freed and closes again (docs/design.md#our-fds-sit-high)."""
+    import socket
+    from earlylog.runtime import fds
+    error = None
+    for family, kind, proto, _name, address in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+        sock = fds.socket(family, kind)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(address)
+            return
+        except OSError as exc:
+            error = exc
+        finally:
+            sock.close()
+    raise error or OSError("getaddrinfo returns an empty list")
 
 
 def _new_group(original, args, kwargs):

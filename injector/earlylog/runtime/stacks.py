@@ -98,11 +98,12 @@ def _handles(state):
 
 def frame_lines(frame):
     """`file:line in function: source`, most recent call first, at most MAX_FRAMES."""
-    import linecache
+    from earlylog.runtime import fds
     out = []
     while frame is not None and len(out) < MAX_FRAMES:
         code = frame.f_code
-        source = linecache.getline(code.co_filename, frame.f_lineno).strip()
+        lines = fds.getlines(code.co_filename)  # linecache's, read through a high descriptor
+        source = lines[frame.f_lineno - 1].strip() if 0 < frame.f_lineno <= len(lines) else ""
         out.append("%s:%d in %s%s" % (code.co_filename, frame.f_lineno, code.co_name,
                                       ": " + source if source else ""))
         frame = frame.f_back

@@ -10,7 +10,7 @@ isatty(), fstat() and tcgetattr(); it must never read from or change a terminal.
 import os
 import sys
 
-from earlylog.runtime import kstate, threads
+from earlylog.runtime import fds, kstate, threads
 
 WORDS = "waiting for input at the terminal"
 # Frames of the standard library that prompt, innermost first, by file; the first one found names it.
@@ -93,7 +93,7 @@ def _child_at_terminal(depth=3):
 
 def _children(pid):
     out = []
-    for tid in os.listdir("/proc/%d/task" % pid) if os.path.isdir("/proc/%d/task" % pid) else ():
+    for tid in fds.listdir("/proc/%d/task" % pid) if os.path.isdir("/proc/%d/task" % pid) else ():
         out += [int(w) for w in (threads.read("/proc/%d/task/%s/children" % (pid, tid)) or b"").split()]
     return out
 
@@ -122,7 +122,6 @@ def _line_mode():
 def _named(frame, readline=False):
     """The prompt's name from the frames. readline: the thread is in select()/poll(), as input() is
     with the readline module loaded, so a frame that prompts must be there."""
-    import linecache
     seen = frame
     while seen is not None:
         path = seen.f_code.co_filename.replace(os.sep, "/")
@@ -131,7 +130,8 @@ def _named(frame, readline=False):
                     suffix in path if suffix.endswith("/") else path.endswith("/" + suffix)):
                 return what
         seen = seen.f_back
-    if frame is not None and "input(" in linecache.getline(frame.f_code.co_filename, frame.f_lineno):
+    lines = fds.getlines(frame.f_code.co_filename) if frame is not None else []  # through a high descriptor
+    if lines and 0 < frame.f_lineno <= len(lines) and "input(" in lines[frame.f_lineno - 1]:
         return "input()"
     return None if readline else "a read from the terminal"
 

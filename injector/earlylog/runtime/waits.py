@@ -546,8 +546,8 @@ def _source(frame):
     src = None
     try:
         import ast
-        import linecache
-        lines = linecache.getlines(code.co_filename)
+        from earlylog.runtime import fds
+        lines = fds.getlines(code.co_filename)  # linecache's, read through a high descriptor
         if key[1]:
             src = _parse(ast, _function_lines(lines, key[1]), key[1] - 1)
         if src is None and sum(len(line) for line in lines) <= MAX_SOURCE:
@@ -624,9 +624,9 @@ def _calls_at(frame):
     src = _source(frame)
     if src is None:
         return []
-    import linecache
+    from earlylog.runtime import fds
     code = frame.f_code
-    lines = linecache.getlines(code.co_filename)
+    lines = fds.getlines(code.co_filename)
     known = set(code.co_names) | set(code.co_varnames) | set(code.co_cellvars) | set(code.co_freevars)
     here = _instruction(frame)
     out = []
@@ -677,14 +677,14 @@ def call_at(frame):
 def _held_at(frame):
     """What the frame holds at its current line. A function with no `with` or `acquire` between
     its start and that line holds nothing, and is not parsed at all (most library frames)."""
-    import linecache
+    from earlylog.runtime import fds
     code = frame.f_code
     key = 0 if code.co_name == "<module>" else code.co_firstlineno
-    region = linecache.getlines(code.co_filename)[max(key, 1) - 1:frame.f_lineno]
+    region = fds.getlines(code.co_filename)[max(key, 1) - 1:frame.f_lineno]
     if not any("with" in line or "acquire" in line for line in region):
         return []
     src = _source(frame)
-    lines = linecache.getlines(code.co_filename)
+    lines = fds.getlines(code.co_filename)
     return [(how, _expr(lines, span), line) for how, span, line in (src.held(key, frame.f_lineno) if src else ())]
 
 
