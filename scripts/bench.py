@@ -168,6 +168,21 @@ def logline_row(venvs, plan, work):
                   bench_stats.paired(timed["earlylog"], timed["raw"]), 2.0, unit="us", scale=1e6)
 
 
+def heartbeat_row(venvs, plan, work):
+    """The training heartbeat's hook, run at every optimizer step, against an empty hook."""
+    title = "training heartbeat: earlylog's hook per optimizer step"
+    if importlib.util.find_spec("torch") is None:
+        return missing("heartbeat", title, "an empty hook", "< 2 us added", "torch is not installed")
+    result = os.path.join(work, "heartbeat-result")
+    run_ok([sys.executable, CHILD, "heartbeat", result, str(plan["log_calls"]), str(plan["log_blocks"])],
+           child_env(EARLYLOG=1, EARLYLOG_DIR=os.path.join(work, "heartbeat-logs")))
+    timed = read_result(result)
+    out = judged("heartbeat", title, "an empty hook", "< 2 us added", bench_stats.paired(timed["earlylog"], timed["raw"]),
+                 2e-6, "added", unit="us", scale=1e6)
+    out["result"] += "; one small SGD step takes %.0f us" % (timed["step"] * 1e6)
+    return out
+
+
 def print_row(venvs, plan, work):
     """A user's print() with earlylog on (live + tee) against print(..., flush=True) without it."""
     python, result = venvs.earlylog(), os.path.join(work, "print-result")
@@ -406,6 +421,7 @@ def main(argv=None):
         rows += guarded("startup", startup_rows, venvs, plan, work)
         rows += guarded("torch", torch_rows, plan, work)
         rows += guarded("log-line", logline_row, venvs, plan, work)
+        rows += guarded("heartbeat", heartbeat_row, venvs, plan, work)
         rows += guarded("print-live", print_row, venvs, plan, work)
         rows += guarded("stall-pause", pause_row, venvs, plan, work)
         rows += guarded("idle", sleepers.rows)

@@ -93,6 +93,38 @@ def busy(result, seconds):
     _result(result, worst)
 
 
+def heartbeat(result, calls, blocks):
+    """earlylog's training heartbeat (the optimizer step hook) against an empty hook of the same
+    signature, blocks alternating; and the time of one small optimizer step, for scale."""
+    import torch
+    from earlylog.runtime import marks
+    if not marks._step_hook:
+        raise SystemExit("earlylog's optimizer step hook is not registered")
+
+    def empty(optimizer, args, kwargs):
+        pass
+
+    calls, timed = int(calls), {"earlylog": [], "raw": []}
+    for _ in range(int(blocks)):
+        began = time.perf_counter()
+        for _ in range(calls):
+            marks._stepped(None, (), {})
+        middle = time.perf_counter()
+        for _ in range(calls):
+            empty(None, (), {})
+        timed["earlylog"].append((middle - began) / calls)
+        timed["raw"].append((time.perf_counter() - middle) / calls)
+    model = torch.nn.Linear(64, 64)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    model(torch.randn(4, 64)).sum().backward()
+    optimizer.step()
+    began = time.perf_counter()
+    for _ in range(200):
+        optimizer.step()
+    timed["step"] = (time.perf_counter() - began) / 200
+    _result(result, timed)
+
+
 def idle(result, seconds):
     """A process that sleeps: its own CPU time over the window, and its resident memory."""
     rss_start, cpu = _rss_kib(), time.process_time()
@@ -110,5 +142,6 @@ def stall(result, seconds):
 
 if __name__ == "__main__":
     scenario = {"torch": torch_loop, "logline": log_line, "print": prints, "busy": busy, "idle": idle,
+                "heartbeat": heartbeat,
                 "stall": stall}[sys.argv[1]]
     scenario(*sys.argv[2:])

@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from earlylog.runtime import fault, threads
+from earlylog.runtime import fault, progress, threads
 
 GROWTH_CAP = 3600.0  # stall dumps come at S, 2S, 4S ... of silence, at least once an hour after
 
@@ -93,6 +93,8 @@ class Watchdog:
                     episode = silent_since
                     self.stall_dump(now - silent_since)
                     next_at += min(next_at, GROWTH_CAP)
+                # A thread stuck while others print, or no training step: docs/watchdog.md#progress
+                progress.check(self, now, episode is not None)
             if self.every and now >= next_every:
                 self.dump("every %g s (EARLYLOG_DUMP_EVERY)" % self.every)
                 next_every = now + self.every
