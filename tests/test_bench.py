@@ -10,7 +10,7 @@ import pytest
 from support import ROOT, clean_env
 
 ROWS = {"startup-installed", "startup-on", "alt-importtime", "alt-faulthandler", "alt-hunter-installed",
-        "alt-hunter-on", "torch-import", "torch-loop", "log-line", "print-live", "idle-cpu", "memory",
+        "alt-hunter-on", "torch-import", "torch-loop", "log-line", "heartbeat", "print-live", "idle-cpu", "memory",
         "stall-latency", "stall-pause", "exit", "report"}
 
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from support import (PYTHON, TIMEOUT, clean_env, earlylog, kill_tree, log_files, read, report_json, run_python,
-                     script, wait_for)
+from support import (PYTHON, TIMEOUT, clean_env, earlylog, kill_tree, log_files, python_3, read, report_json,
+                     run_python, script, wait_for)
 
 STALL = 1
 # A thread that prints a line every 0.3 s all the time the program runs.
@@ -26,10 +26,10 @@ CHATTY = """
     """
 
 
-def start(path, logdir, **env):
+def start(path, logdir, python=PYTHON, **env):
     """A real program with the console on (its stderr kept), in its own session."""
     full = clean_env(EARLYLOG=1, EARLYLOG_DIR=logdir, EARLYLOG_STALL=STALL, EARLYLOG_NATIVE=0, **env)
-    return subprocess.Popen([PYTHON, path], env=full, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    return subprocess.Popen([python, path], env=full, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)
 
 
@@ -54,8 +54,7 @@ def flat(text):
     return " ".join(text.split())
 
 
-def test_a_main_thread_stuck_on_a_lock_while_telemetry_prints_gets_its_dump_and_the_lock_cause(tmp_path, logdir):
-    proc = start(script(tmp_path, CHATTY + """
+LOCKED = CHATTY + """
     lock = threading.Lock()
     def prefetch():
         lock.acquire()
@@ -66,7 +65,11 @@ def test_a_main_thread_stuck_on_a_lock_while_telemetry_prints_gets_its_dump_and_
         with lock:
             print("loaded")
     load_shards()
-    """, "train.py"), logdir)
+    """
+
+
+def test_a_main_thread_stuck_on_a_lock_while_telemetry_prints_gets_its_dump_and_the_lock_cause(tmp_path, logdir):
+    proc = start(script(tmp_path, LOCKED, "train.py"), logdir)
     (rep, res), after, took = stuck_report(logdir, proc)
     assert took < 10 * STALL + 8  # a few stall periods after the start (the interpreter's start-up included)
     line = stall_lines(logdir)[0]
@@ -89,6 +92,21 @@ def test_a_main_thread_stuck_on_a_lock_while_telemetry_prints_gets_its_dump_and_
     assert "stall: thread MainThread made no progress" in err
 
 
+@pytest.mark.parametrize("minor", [9, 13])
+def test_the_stuck_thread_is_told_on_other_pythons(tmp_path, logdir, minor):
+    """Frames, last instructions and lock waits differ by version; the rule must not."""
+    exe = python_3(minor)
+    if exe is None:
+        pytest.skip("python3.%d is not on this machine" % minor)
+    from earlylog.cli import launch
+    proc = start(script(tmp_path, LOCKED, "train.py"), logdir, python=exe,
+                 PYTHONPATH=launch.variables({})["PYTHONPATH"])
+    (rep, _res), _after, _took = stuck_report(logdir, proc)
+    assert "Python 3.%d" % minor in read(log_files(logdir)[0])
+    assert "waiting for lock lock at train.py:18 in load_shards" in stall_lines(logdir)[0]
+    assert any(c["kind"] == "lock" and "thread prefetch holds it" in flat(c["text"]) for c in rep["causes"])
+
+
 def test_a_future_nobody_sets_beside_a_tqdm_bar_updated_by_a_thread_is_named(tmp_path, logdir):
     pytest.importorskip("tqdm")
     proc = start(script(tmp_path, """
@@ -109,6 +127,26 @@ def test_a_future_nobody_sets_beside_a_tqdm_bar_updated_by_a_thread_is_named(tmp
     assert "waiting for future reply at fetch.py:12 in fetch_config" in stall_lines(logdir)[0]
     cause = next(c for c in rep["causes"] if c["kind"] == "future-unset")
     assert "waits in result() at fetch.py:12" in flat(cause["text"]) and "set_result()" in cause["next"]
+
+
+def test_a_reply_that_never_comes_while_a_heartbeat_thread_prints_names_the_peer(tmp_path, logdir):
+    proc = start(script(tmp_path, CHATTY + """
+    import socket
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()  # it never accepts: the connection is made, no reply ever comes
+    def fetch_weights():
+        conn = socket.create_connection(server.getsockname())
+        conn.sendall(b"GET /weights\\r\\n")
+        return conn.recv(1024)
+    fetch_weights()
+    """, "client.py"), logdir)
+    (rep, _res), _after, _took = stuck_report(logdir, proc)
+    assert "made no progress" in stall_lines(logdir)[0] and "fetch_weights" in stall_lines(logdir)[0]
+    cause = next(c for c in rep["causes"] if c["kind"] == "network")
+    assert "has been waiting for a reply from 127.0.0.1:" in cause["text"] and "fetch_weights at client.py" in \
+        cause["text"]
+    assert "timeout" in cause["next"]
 
 
 def test_a_rich_progress_bar_refreshing_beside_a_lock_taken_twice_is_named(tmp_path, logdir):
