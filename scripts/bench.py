@@ -246,6 +246,7 @@ class Sleepers:
             for side, extra in (("on", {"EARLYLOG": 1, "EARLYLOG_DIR": os.path.join(work, "idle-logs")}),
                                 ("off", {})):
                 self._start("idle", "%s-%d" % (side, i), python, plan["idle_seconds"], extra)
+                self._start("idle-threads", "%s-%d" % (side, i), python, plan["idle_seconds"], extra)
         for i in range(plan["stall_runs"]):
             self._start("stall", str(i), python, plan["stall_after"] + 4,
                         {"EARLYLOG": 1, "EARLYLOG_STALL": plan["stall_after"],
@@ -295,7 +296,15 @@ class Sleepers:
         return [judged("idle-cpu", "watchdog CPU while idle for %g s" % seconds, "process without earlylog",
                        "< 0.1% of a core", cpu, 0.001, "added", "% of a core", 100),
                 judged("memory", "resident memory after start-up (VmRSS)", "EARLYLOG unset",
-                       "< 3 MiB added", rss, 3.0, "added", "MiB", 1)]
+                       "< 3 MiB added", rss, 3.0, "added", "MiB", 1)] + self._threads_row()
+
+    def _threads_row(self):
+        """Idle with two more threads waiting: the per-thread progress check looks at each, every beat."""
+        on, off = self._results("idle-threads", "on-"), self._results("idle-threads", "off-")
+        cpu = bench_stats.paired([r["cpu"] / r["seconds"] for r in on], [r["cpu"] / r["seconds"] for r in off])
+        return [judged("idle-cpu-threads", "watchdog CPU while idle for %g s, 3 threads (per-thread progress "
+                       "check on)" % self.plan["idle_seconds"], "process without earlylog", "< 0.1% of a core", cpu,
+                       0.001, "added", "% of a core", 100)]
 
     def _stall_row(self):
         after = self.plan["stall_after"]

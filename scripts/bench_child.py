@@ -133,6 +133,15 @@ def idle(result, seconds):
                      "rss_start_kib": rss_start, "rss_end_kib": _rss_kib()})
 
 
+def idle_threads(result, seconds):
+    """idle() with two more threads, parked on an event and in a long sleep, as a program's helpers."""
+    import threading
+    done = threading.Event()
+    threading.Thread(target=done.wait, daemon=True).start()
+    threading.Thread(target=time.sleep, args=(float(seconds) + 5,), daemon=True).start()
+    idle(result, seconds)
+
+
 def stall(result, seconds):
     """Says it is starting, then goes silent: the time it fell silent goes to RESULT first."""
     print("starting job...", flush=True)
@@ -142,6 +151,6 @@ def stall(result, seconds):
 
 if __name__ == "__main__":
     scenario = {"torch": torch_loop, "logline": log_line, "print": prints, "busy": busy, "idle": idle,
-                "heartbeat": heartbeat,
+                "heartbeat": heartbeat, "idle-threads": idle_threads,
                 "stall": stall}[sys.argv[1]]
     scenario(*sys.argv[2:])

@@ -11,7 +11,7 @@ from support import ROOT, clean_env
 
 ROWS = {"startup-installed", "startup-on", "alt-importtime", "alt-faulthandler", "alt-hunter-installed",
         "alt-hunter-on", "torch-import", "torch-loop", "log-line", "heartbeat", "print-live", "idle-cpu", "memory",
-        "stall-latency", "stall-pause", "exit", "report"}
+        "idle-cpu-threads", "stall-latency", "stall-pause", "exit", "report"}
 
 
 @pytest.mark.slow
