@@ -240,6 +240,21 @@ HEALTHY = {
             opt.step()
             time.sleep(0.05)
         """,
+    "training, then a slow upload after the last epoch": """
+        import torch
+        model = torch.nn.Linear(8, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(40, 8), torch.randn(40, 1)),
+                                           batch_size=4)
+        for epoch in range(2):
+            for x, y in data:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                time.sleep(0.05)
+        time.sleep(5)  # uploading the checkpoint: no step is due any more
+        """,
     "child computing": """
         import os, subprocess, sys
         env = {k: v for k, v in os.environ.items() if not k.startswith("EARLYLOG")}

@@ -59,6 +59,8 @@ def _wrap(module, attr, name, detail, waiting, lines, after, beat):
             try:
                 result = original(*args, **kwargs)
             except BaseException as exc:
+                if beat is not None and type(exc) is StopIteration:
+                    progress.rest()  # an epoch ended: evaluation and checkpoints are no missed step
                 stdio.hide_frame(exc)
                 raise
             if beat is not None:
@@ -75,6 +77,8 @@ def _wrap(module, attr, name, detail, waiting, lines, after, beat):
             # (and their tensors) are not kept alive.
             phases.end(token, exc, quiet and _failed[0] in (id(exc), id(exc.__context__)))
             _failed[0] = id(exc)
+            if beat is not None and type(exc) is StopIteration:
+                progress.rest()
             stdio.hide_frame(exc)
             raise
         phases.end(token, None, quiet)

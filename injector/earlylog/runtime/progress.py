@@ -33,6 +33,7 @@ class _Beats:
 
 
 _beats = {}  # "step" (an optimizer step) or "batch" (a DataLoader batch) -> _Beats
+_resting = [False]  # a DataLoader ran out (an epoch's end) and no beat came since
 
 
 def beat(kind):
@@ -45,10 +46,18 @@ def beat(kind):
         b.gaps[b.count % GAPS] = now - b.last
     b.count += 1
     b.last = now
+    _resting[0] = False
+
+
+def rest():
+    """A DataLoader ran out: an epoch, or the training, ended. What follows (an evaluation, a
+    checkpoint, the end of the program) is no missed step; the next beat ends the rest."""
+    _resting[0] = True
 
 
 def _reset_after_fork():
     _beats.clear()  # a DataLoader worker steps nothing; its parent's steps are not its own
+    _resting[0] = False
 
 
 if hasattr(os, "register_at_fork"):
@@ -62,7 +71,7 @@ def heartbeat(now, floor):
     steps fetches batches."""
     kind = "step" if "step" in _beats else "batch"
     main = _beats.get(kind)
-    if main is None or main.count < MIN_BEATS:
+    if main is None or main.count < MIN_BEATS or _resting[0]:
         return None
     beats = list(_beats.values())
     last = max(b.last for b in beats if b.last is not None)

@@ -140,7 +140,10 @@ class Tracker:
         if self.episode is None:
             self.episode = [set(stuck), since, now - since, beats is not None]
             self.episode[2] += min(self.episode[2], GROWTH_CAP)
-        wd._quiet("stall", "%s; stacks in %s" % ("; ".join(parts), wd.logger.path or "the console"), console=True)
+        # A computing process with no thread stuck (a long evaluation, a checkpoint) is no alarm
+        # beside its own output: its line stays in the log.
+        wd._quiet("stall", "%s; stacks in %s" % ("; ".join(parts), wd.logger.path or "the console"),
+                  console=True if stuck or whole < BUSY else None)
         our_threads.gated(wd._dump, "stall after %.0f s without progress%s" % (
             now - since, " (again)" if again else ""), shares)
 
