@@ -294,3 +294,46 @@ def test_a_thread_that_moves_again_ends_the_stall(tmp_path, logdir):
         assert [p["state"] for p in report_json(logdir)["processes"]] == ["running"]
     finally:
         kill_tree(proc)
+
+
+# --- the reader's side, fed a log written line by line ------------------------------------------
+
+def _noisy_log(folder, over=False):
+    from support import thread, write
+    main = thread("MainThread", "0x1", [("/app/train.py", 12, "load", "with cache_lock:"),
+                                        ("/app/train.py", 30, "<module>", "load()")], main=True, daemon=False,
+                  notes=["waits for: lock cache_lock (threading.Lock at 0x7f00)",
+                         "held by: thread prefetch (ident 0x2); acquire() at /app/train.py:5 in prefetch, "
+                         "not released since"])
+    other = thread("prefetch", "0x2", [("/app/train.py", 6, "prefetch", "done.wait()")])
+    events = [(0, "start", "pid 40 (parent 1) argv python train.py; log x (via pth, earlylog 0.1.0 at /opt/earlylog, "
+                           "Python 3.11.7)", ()),
+              (3, "stall", "thread MainThread made no progress for 2 s while other threads kept printing; waiting "
+                           "for lock cache_lock at train.py:12 in load; stacks in x", ()),
+              (3.1, "dump", "stall after 2 s without progress (2 threads)", main + other)]
+    events += [(3.5 + i, "out", "telemetry: gpu util 0%", ()) for i in range(20)]
+    if over:
+        events.append((24, "stall", "over: progress again after 23 s", ()))
+    write(folder, 40, events, "train")
+
+
+def test_the_reader_keeps_a_stall_told_while_others_print_open_through_their_output(tmp_path):
+    from earlylog.read import logread, verdict
+    from support import T0
+    _noisy_log(tmp_path)
+    rep = verdict.judge(logread.read(str(tmp_path)), now=T0 + 30)
+    (p,) = rep["processes"]
+    assert p["state"] == "stalled" and p["idle"] is None
+    # From the thread's last move (its line at 3 s, 2 s into the stall) to the last line (22.5 s).
+    assert p["summary"].startswith("stalled for 22 s in load at train.py:12, while other threads kept printing "
+                                   "(thread MainThread made no progress)"), p["summary"]
+    (cause,) = [c for c in rep["causes"] if c["kind"] == "lock"]
+    assert "thread prefetch holds it" in cause["text"]
+
+
+def test_its_over_line_ends_it(tmp_path):
+    from earlylog.read import logread, verdict
+    from support import T0
+    _noisy_log(tmp_path, over=True)
+    rep = verdict.judge(logread.read(str(tmp_path)), now=T0 + 30)
+    assert [p["state"] for p in rep["processes"]] == ["unknown"] and rep["causes"] == []
