@@ -89,7 +89,21 @@ def check(watchdog, now, silent):
         if len(sys._current_frames()) <= 2 and not _beats:
             return
         tracker = watchdog.progress = our_threads.gated(_tracker, watchdog)
-    tracker.check(now, silent, heartbeat(now, watchdog.stall))
+    try:
+        tracker.check(now, silent, heartbeat(now, watchdog.stall))
+    except Exception as exc:  # a frame or /proc file nobody foresaw: never the watchdog's other duties
+        watchdog.progress = _Off()
+        watchdog._quiet("earlylog", "the progress check stopped: %r" % (exc,), console=False)
+
+
+class _Off:
+    """The tracker of a process whose progress check failed once: it looks no more."""
+
+    def __init__(self):
+        self.pid = os.getpid()
+
+    def check(self, now, silent, beats):
+        pass
 
 
 def _tracker(watchdog):
