@@ -261,6 +261,18 @@ HEALTHY = {
         subprocess.run([sys.executable, "-c", "import time\\nend = time.time() + 6\\nwhile time.time() < end: pass"],
                        env=env, check=True)
         """,
+    "process pool computing": """
+        import concurrent.futures, multiprocessing
+        def crunch(n):
+            end = time.time() + 5
+            while time.time() < end:
+                n += 1
+            return n
+        if __name__ == "__main__":
+            context = multiprocessing.get_context("spawn")
+            with concurrent.futures.ProcessPoolExecutor(2, mp_context=context) as pool:
+                print(list(pool.map(crunch, range(2))))
+        """,
     "import torch": """
         import torch
         time.sleep(2)
@@ -273,9 +285,10 @@ def test_healthy_programs_beside_a_chatty_thread_get_no_stall_line_and_no_cause(
     res = run_python([script(tmp_path, textwrap.dedent(CHATTY) + textwrap.dedent(HEALTHY[kind]))], logdir,
                      env={"EARLYLOG_STALL": STALL, "EARLYLOG_NATIVE": 0}, timeout=TIMEOUT)
     assert res.returncode == 0, res.err[-2000:]
-    assert " stall: " not in res.err and stall_lines(logdir) == []
+    # Its own log: a spawned pool's helpers (multiprocessing's resource tracker) are silent processes.
+    assert " stall: " not in res.err and [line for line in stall_lines(logdir) if " script stall: " in line] == []
     rep = report_json(logdir)
-    assert rep["causes"] == [] and [p["state"] for p in rep["processes"]] == ["exited"]
+    assert rep["causes"] == [] and {p["state"] for p in rep["processes"]} == {"exited"}
 
 
 def test_a_thread_that_moves_again_ends_the_stall(tmp_path, logdir):

@@ -12,13 +12,18 @@ code: it reads sys._current_frames(), frame slots, a Thread's instance dict and 
 only; what it imports (kstate, waits, peers, stacks) it imports under threads.gated."""
 import os
 import sys
+import time
 from _thread import get_ident
 
 from earlylog.runtime import threads as our_threads
 
 MAX_FRAMES = 40     # frames in a stack signature, as in a dump
 GROWTH_CAP = 3600.0  # a stall is told again at S, 2S, 4S ... of it, at least once an hour after
-BUSY = 0.2          # share of a core the other threads use: work in progress, not a stall
+BUSY = 0.2          # share of a core the other threads or children use: work in progress, not a stall
+try:
+    _TICKS = os.sysconf("SC_CLK_TCK")  # /proc/<pid>/stat's unit of CPU time
+except (AttributeError, ValueError, OSError):
+    _TICKS = 100
 # System calls a thread blocked on a partner sits in (runtime/kstate.py's names): not `sleep`
 # (a pause of its own), `signal` (a service waiting for SIGTERM) or `accept` (a server's idle).
 PARTNER = ("futex", "read", "write", "poll", "connect", "wait", "waitid", "flock", "fcntl", "open")
@@ -113,13 +118,17 @@ class Tracker:
     def _tell(self, now, stuck, beats, again=False):
         """The `stall:` line and a dump, unless the other threads compute (work in progress)."""
         wd = self.watchdog
+        kids = _children()
+        before, began = _cpu(kids), time.monotonic()
         # The CPU sample sleeps: outside the gate, so no fork waits for it (watchdog.stall_dump).
         shares, whole = our_threads.gated(_stacks).cpu_shares()
+        took = max(time.monotonic() - began, 0.01)
+        used = sum(b - a for a, b in zip(before, _cpu(kids)) if a is not None and b is not None)
         tids = _kernel_ids()
         mine = {tids.get(ident) for ident in stuck}
-        others = sum(share for tid, share in shares.items() if tid not in mine)
+        others = sum(share for tid, share in shares.items() if tid not in mine) + used / _TICKS / took
         if stuck and beats is None and others >= BUSY:
-            return  # a thread waits while others compute: its partner is likely working
+            return  # a thread waits while other threads or child processes compute: work going on
         main = our_threads.main_ident()
         parts = []
         if beats is not None:
@@ -245,6 +254,18 @@ def _judge(ident, tid, frame):
     user = stack[users[0]] if users else stack[0]
     return "%s at %s:%d in %s" % (_waiting(frame, tid), os.path.basename(user[0]), user[2], user[1]), \
         [children, _cpu(children), False] if children else None
+
+
+def _children():
+    """The pids of this process's child processes (/proc/self/task/<tid>/children)."""
+    pids = []
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return []
+    for tid in tids:
+        pids += [int(w) for w in (our_threads.read("/proc/self/task/%s/children" % tid, 65536) or b"").split()]
+    return pids[:256]
 
 
 def _cpu(pids):
