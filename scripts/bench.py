@@ -177,8 +177,8 @@ def heartbeat_row(venvs, plan, work):
     run_ok([sys.executable, CHILD, "heartbeat", result, str(plan["log_calls"]), str(plan["log_blocks"])],
            child_env(EARLYLOG=1, EARLYLOG_DIR=os.path.join(work, "heartbeat-logs")))
     timed = read_result(result)
-    out = judged("heartbeat", title, "an empty hook", "< 2 us added", bench_stats.paired(timed["earlylog"], timed["raw"]),
-                 2e-6, "added", unit="us", scale=1e6)
+    out = judged("heartbeat", title, "an empty hook", "< 2 us added",
+                 bench_stats.paired(timed["earlylog"], timed["raw"]), 2e-6, "added", unit="us", scale=1e6)
     out["result"] += "; one small SGD step takes %.0f us" % (timed["step"] * 1e6)
     return out
 

@@ -27,7 +27,7 @@ _IDENT = re.compile(r"\bident (0x[0-9a-f]+)|^(?:Current thread|Thread) (0x[0-9a-
 _REPEATED = re.compile(r"^\[Previous line repeated (\d+) more times?\]$")
 _THREAD_DIED = re.compile(r"^in thread (.+?): (\S.*)$")
 _TIMEOUT = re.compile(r"^Timeout \((\d+):(\d\d):(\d\d(?:\.\d+)?)\)!")
-# A stall the watchdog tells while other threads print (runtime/progress.py): not ended by output.
+# A stall the watchdog tells while other threads print (runtime/stuck.py): not ended by output.
 _NO_PROGRESS = re.compile(r"^(?:no training step|thread .+? made no progress) for (\d+(?:\.\d+)?) s")
 _STALL_AFTER = re.compile(r"^watchdog: stacks after (\d+(?:\.\d+)?) s of silence")
 _START = re.compile(r"^pid \d+ \(parent (\d+)\) (.*); log (.*) \(via ")

@@ -261,7 +261,7 @@ def _stall_summary(d, p, now, local):
         d["summary"] + "; it had " + ("been " if d["idle"] else "") + text
 
 
-# The training heartbeat's stall line (runtime/progress.py): what came before the stall.
+# The training heartbeat's stall line (runtime/stuck.py): what came before the stall.
 _STEPS = re.compile(r"^no training step for \d+(?:\.\d+)? s \(((?:step|batch)s came every ~[\d.]+ s before; "
                     r"last (?:step|batch) \d+)\)")
 

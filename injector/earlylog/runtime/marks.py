@@ -1,4 +1,5 @@
-"""Library marks: a table of hang-prone library calls, each wrapped as a phase when its module loads.
+"""Library marks: a table of hang-prone library calls, each wrapped as a phase when its module loads,
+and the training heartbeat (each optimizer step and DataLoader batch, told to runtime/progress.py).
 It must never import a library the program did not, nor change what a wrapped call does or returns."""
 import os
 import sys

@@ -144,7 +144,8 @@ class Tracker:
                 " (phase %s)" % phase if phase else "",
                 " (and %d more thread%s)" % (more, "" if more == 1 else "s") if more else ""))
         if not stuck and whole >= BUSY:
-            parts.append("busy: CPU time still rising (%d%% of a core), computing rather than hung" % round(whole * 100))
+            parts.append("busy: CPU time still rising (%d%% of a core), computing rather than hung"
+                         % round(whole * 100))
         since = min([s.since for s in stuck.values()] + ([now - beats[0]] if beats is not None else []))
         if self.episode is None:
             self.episode = [set(stuck), since, now - since, beats is not None]

@@ -113,7 +113,7 @@ def notes(ident, frame, frames, threads):
 
 def waited(frame):
     """(kind, name or None, method) of the wait the stack ending in frame is blocked in, or None:
-    for the stall line of a thread that made no progress (runtime/progress.py). Never raises."""
+    for the stall line of a thread that made no progress (runtime/stuck.py). Never raises."""
     try:
         found = _waited(frame)
     except Exception:
