@@ -93,6 +93,38 @@ def busy(result, seconds):
     _result(result, worst)
 
 
+def heartbeat(result, calls, blocks):
+    """earlylog's training heartbeat (the optimizer step hook) against an empty hook of the same
+    signature, blocks alternating; and the time of one small optimizer step, for scale."""
+    import torch
+    from earlylog.runtime import marks
+    if not marks._step_hook:
+        raise SystemExit("earlylog's optimizer step hook is not registered")
+
+    def empty(optimizer, args, kwargs):
+        pass
+
+    calls, timed = int(calls), {"earlylog": [], "raw": []}
+    for _ in range(int(blocks)):
+        began = time.perf_counter()
+        for _ in range(calls):
+            marks._stepped(None, (), {})
+        middle = time.perf_counter()
+        for _ in range(calls):
+            empty(None, (), {})
+        timed["earlylog"].append((middle - began) / calls)
+        timed["raw"].append((time.perf_counter() - middle) / calls)
+    model = torch.nn.Linear(64, 64)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    model(torch.randn(4, 64)).sum().backward()
+    optimizer.step()
+    began = time.perf_counter()
+    for _ in range(200):
+        optimizer.step()
+    timed["step"] = (time.perf_counter() - began) / 200
+    _result(result, timed)
+
+
 def idle(result, seconds):
     """A process that sleeps: its own CPU time over the window, and its resident memory."""
     rss_start, cpu = _rss_kib(), time.process_time()
@@ -111,6 +143,15 @@ def forks(result, count):
             os._exit(0)
         os.waitpid(pid, 0)
     _result(result, (time.perf_counter() - began) / count)
+
+
+def idle_threads(result, seconds):
+    """idle() with two more threads, parked on an event and in a long sleep, as a program's helpers."""
+    import threading
+    done = threading.Event()
+    threading.Thread(target=done.wait, daemon=True).start()
+    threading.Thread(target=time.sleep, args=(float(seconds) + 5,), daemon=True).start()
+    idle(result, seconds)
 
 
 def stall(result, seconds):
@@ -175,5 +216,6 @@ def retry_beat(result, threads, handling):
 
 if __name__ == "__main__":
     scenario = {"torch": torch_loop, "logline": log_line, "print": prints, "busy": busy, "idle": idle,
+                "heartbeat": heartbeat, "idle-threads": idle_threads,
                 "stall": stall, "forks": forks, "audit": audit, "retries": retry_beat}[sys.argv[1]]
     scenario(*sys.argv[2:])

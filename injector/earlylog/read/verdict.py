@@ -44,6 +44,16 @@ def _main_thread(threads):
     return next((t for t in threads if t.main), threads[0] if threads else None)
 
 
+_STUCK = re.compile(r"(?:^|; )thread (.+?) made no progress for ")
+
+
+def _stuck_thread(stall):
+    """The thread a stall line names as the one that made no progress, else the main thread."""
+    m = _STUCK.search(stall["text"]) if stall.get("noisy") else None
+    named = next((t for t in stall["threads"] if m and t.name == m.group(1)), None)
+    return named or _main_thread(stall["threads"])
+
+
 def _thread_dict(t):
     state = next((n for n in t.notes if n.startswith(("blocked:", "busy:"))), None)
     phase = next((n[len("phase: "):] for n in t.notes if n.startswith("phase: ")), None)
@@ -88,10 +98,12 @@ def _process(p, now, here):
     if raised is not None:
         d["exception"] = {"text": raised.text, "frame": frame_dict(user_frame(raised.frames)),
                           "printed": raised is not p.exception}
+    # A stall told while other threads printed (a thread that made no progress, no training step)
+    # is not ended by their output: only by its `over` line.
     stalled_at_end = p.stall is not None and p.stall["over"] is None and \
-        (p.activity is None or p.stall["time"] is None or p.stall["time"] >= p.activity)
+        (p.stall.get("noisy") or p.activity is None or p.stall["time"] is None or p.stall["time"] >= p.activity)
     if stalled_at_end:
-        main = _main_thread(p.stall["threads"])
+        main = _stuck_thread(p.stall)
         d["stall"] = {"since": p.activity, "text": p.stall["text"], "threads": [_thread_dict(t) for t in p.stall["threads"]],
                       "main": _thread_dict(main) if main else None}
         d["where"] = frame_dict(user_frame(main.frames)) if main else None
@@ -149,7 +161,9 @@ def _idle(d, p):
     """A stall whose threads all wait for work (an event loop, serve_forever, a pool's queue, a
     sleep loop), or whose worker pool titles it idle (`ray::IDLE`), is idleness, not a hang: state
     `idle`, and the reason (see idle.py)."""
-    d["idle"] = idle.reason(p.stall["threads"]) or idle.by_title(p.title) or idle.at_terminal([p.stall["text"]])
+    # A thread the watchdog saw make no progress on a partner, or no training step, is no idleness.
+    d["idle"] = None if p.stall.get("noisy") else (
+        idle.reason(p.stall["threads"]) or idle.by_title(p.title) or idle.at_terminal([p.stall["text"]]))
     if d["idle"] and async_causes.orphaned(p):
         d["idle"] = None  # a task died, and the others wait for what it would have produced
     if d["idle"] and d["state"] == "stalled":
@@ -260,11 +274,11 @@ def _stall_summary(d, p, now, local):
     """`stalled for 41 s in load at train.py:12 (phase X); blocked: ...`, as the summary of a
     process still stalled, or appended to how it ended."""
     upto = now if d["state"] in ("stalled", "idle", "busy") and local else p.last
-    silent = (upto or now) - (p.activity or p.first or now)
+    silent = (upto or now) - (p.stall.get("since") or p.activity or p.first or now)
     d["stall"]["seconds"] = round(silent, 1)
     main = d["stall"]["main"]
     place = where(frame_tuple(d["where"])) if main else "an unknown place (no stack was written)"
-    awaited = None if d["idle"] or not main else _awaited(_main_thread(p.stall["threads"]))
+    awaited = None if d["idle"] or not main else _awaited(_stuck_thread(p.stall))
     if awaited is not None:
         frame, waits = awaited
         place = "%s (%s)" % (where(frame), waits)
@@ -274,6 +288,12 @@ def _stall_summary(d, p, now, local):
         text = "idle for %s: %s, in %s" % (secs(silent), d["idle"], place)
     else:
         text = "%s for %s in %s" % ("busy" if d["state"] == "busy" else "stalled", secs(silent), place)
+        steps = _STEPS.match(p.stall["text"]) if p.stall.get("noisy") else None
+        if steps:  # `stalled: no training step for 41 s (steps came every ~0.2 s before; last step 5), in ...`
+            text = "%s: no training step for %s (%s), in %s" % (
+                "busy" if d["state"] == "busy" else "stalled", secs(silent), steps.group(1), place)
+        elif p.stall.get("noisy"):
+            text += ", while other threads kept printing (thread %s made no progress)" % main["name"]
         if d["phase"]:
             text += " (phase %s)" % d["phase"]
         if main and main["state"]:
@@ -281,6 +301,11 @@ def _stall_summary(d, p, now, local):
     d["stall"]["summary"] = text
     d["summary"] = text if d["state"] in ("stalled", "running", "idle", "busy") else \
         d["summary"] + "; it had " + ("been " if d["idle"] else "") + text
+
+
+# The training heartbeat's stall line (runtime/stuck.py): what came before the stall.
+_STEPS = re.compile(r"^no training step for \d+(?:\.\d+)? s \(((?:step|batch)s came every ~[\d.]+ s before; "
+                    r"last (?:step|batch) \d+)\)")
 
 
 def _awaited(main):

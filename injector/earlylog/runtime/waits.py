@@ -111,6 +111,16 @@ def notes(ident, frame, frames, threads):
 
 # --- what one thread waits for -------------------------------------------------------------
 
+def waited(frame):
+    """(kind, name or None, method) of the wait the stack ending in frame is blocked in, or None:
+    for the stall line of a thread that made no progress (runtime/stuck.py). Never raises."""
+    try:
+        found = _waited(frame)
+    except Exception:
+        return None
+    return None if found is None else (found[0], found[2], found[3])
+
+
 def _waited(frame):
     """(kind, object, name or None, method) of the wait this stack is blocked in, or None."""
     kind = obj = call = None

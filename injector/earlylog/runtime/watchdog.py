@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from earlylog.runtime import fault, retries, threads
+from earlylog.runtime import fault, progress, retries, threads
 
 GROWTH_CAP = 3600.0  # stall dumps come at S, 2S, 4S ... of silence, at least once an hour after
 
@@ -110,6 +110,8 @@ class Watchdog:
                     self.episode = silent_since
                     self.stall_dump(now - silent_since)
                     self.next_at += min(self.next_at, GROWTH_CAP)
+                # A thread stuck while others print, or no training step: docs/watchdog.md#progress
+                progress.check(self, now, self.episode is not None)
             if self.every and now >= self.next_every:
                 self.dump("every %g s (EARLYLOG_DUMP_EVERY)" % self.every)
                 self.next_every = now + self.every
