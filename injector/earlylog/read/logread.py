@@ -18,6 +18,7 @@ _EXIT = re.compile(r"status (-?\d+)")
 _UNRECORDED = ("start-up failed", "hooks failed")  # earlylog's own failures that lose the exit record
 _EXIT_CALL = re.compile(r"; ((?:sys\.exit|exit|os\._exit|raise SystemExit)\(.*\)(?: in \S+ at [^;]*?:\d+)?"
                         r"|python could not open the script [^;]*)(?:; |$)")  # `sys.exit(3) in main at a.py:5`
+_ENDED_BY_US = "ended by earlylog: "  # the exit record of a process EARLYLOG_STALL_EXIT ended
 _OWN_AT = re.compile(r"earlylog \d+(?:\.\d+)+ at (/.*?), Python ")
 # This reader's own package folder; each log's start line names the folder of the copy that wrote it.
 OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -268,6 +269,15 @@ def read(path, progress=None):
     return folder
 
 
+def read_one(path):
+    """A Folder of one log file (a process's own log, which its watchdog's judge reads)."""
+    folder = Folder(os.path.dirname(path) or ".")
+    _read_file(folder, path)
+    for p in folder.procs.values():
+        _close_block(p)
+    return folder
+
+
 def host_from_name(path, pid):
     """The host part of `<time>-<host>-<pid>-<role>.log` (safe_name form), or None."""
     m = _NAME.match(os.path.basename(path))
@@ -385,6 +395,8 @@ def _event(folder, p, kind, when, text):
         p.exit_time = when
         how = _EXIT_CALL.search(text)
         p.exit_call = how.group(1) if how else None
+        if _ENDED_BY_US in text:  # EARLYLOG_STALL_EXIT ended it (runtime/act.py)
+            p.exit_call = text[text.index(_ENDED_BY_US):]
     elif kind in ("exception", "stall", "dump", "signal", "fatal"):
         p.block = Block(kind, when, text)
     elif kind == "phase":

@@ -7,7 +7,7 @@ import re
 import time
 
 from earlylog import __version__
-from earlylog.read import idle, known, process_causes, thread_causes
+from earlylog.read import acted, idle, known, process_causes, thread_causes
 from earlylog.read.causes import busy, first_line, label, secs
 from earlylog.read.frames import (call_name, frame_dict, frame_tuple, in_event_loop, library, task_chains, user_frame,
                                   where)
@@ -75,6 +75,7 @@ def _process(p, now, here):
     d = {"host": p.host, "pid": p.pid, "ppid": p.ppid, "grandparent": p.grandparent, "tag": p.tag,
          "title": p.title, "rank": p.rank, "local_rank": p.place.get("local_rank"),
          "node_rank": p.place.get("node_rank"), "world_size": p.place.get("world_size"),
+         "restart": p.place.get("restart"),
          "job": p.place.get("job"), "command": p.argv, "idle": None, "checked_here": False, "kernel_state": None,
          "killed_by": None, "still_starting": p.starting,
          "files": [os.path.basename(f) for f in p.files], "start": p.first, "last_seen": p.last,
@@ -468,7 +469,7 @@ def _in_collective(d):
 def _causes(report, folder):
     """Every cause the evidence shows, thread-level first; one failing step costs only its own."""
     found = []
-    for module in (thread_causes, process_causes):
+    for module in (acted, thread_causes, process_causes):
         try:
             found.extend(module.find(report, folder))
         except Exception as exc:  # input nobody foresaw: say so, keep the rest of the report
@@ -491,6 +492,7 @@ def _verdict(out, by_key, causes):
     # A run stopped as a whole is one cause, not one "likely SIGKILL" guess per process.
     stopped = {pid for c in causes if c["kind"] == "run-stopped" for pid in c["pids"]}
     lines += _ranks(out, explained, stragglers)
+    explained.update(id(d) for d in out if acted.ended(d))  # its stall-exit cause tells it
     # A waiting process and what it waits for, already told (a run-level cause lists pids, not a pair).
     told = {frozenset(c["pids"][:2]) for c in causes if len(c["pids"]) > 1 and c["kind"] not in _RUN_CAUSES}
     lines += _parents(out, by_key, explained, stragglers, told)

@@ -37,6 +37,15 @@ def _waiting_for_children():
     return "waiting for child%s %s%s" % ("" if len(children) == 1 else "ren", named, own), printed
 
 
+def _act(watchdog):
+    """EARLYLOG_ON_STALL / EARLYLOG_STALL_EXIT's acting state, or None (then act.py is never loaded)."""
+    config = watchdog.logger.config
+    if not (getattr(config, "on_stall", "") or getattr(config, "stall_exit", 0)):
+        return None
+    from earlylog.runtime import act
+    return act.Act(watchdog)
+
+
 def _sampler():
     from earlylog.runtime import breadcrumbs
     return breadcrumbs.Sampler()
@@ -67,6 +76,7 @@ class Watchdog:
         self.next_mem = time.monotonic() + 1.0
         self.next_every = time.monotonic() + self.every
         self.episode, self.next_at = None, self.stall
+        self.act = threads.gated(_act, self)
         armed.watchdog = self  # from now on a fork() names the program's threads (warn_fork)
 
     def run(self):
@@ -102,6 +112,8 @@ class Watchdog:
                     self.episode = silent_since
                     self.stall_dump(now - silent_since)
                     self.next_at += min(self.next_at, GROWTH_CAP)
+            if self.act is not None:
+                self.act.beat(now, silent_since)  # imports nothing: act.py loaded its modules
             if self.every and now >= self.next_every:
                 self.dump("every %g s (EARLYLOG_DUMP_EVERY)" % self.every)
                 self.next_every = now + self.every
@@ -126,6 +138,9 @@ class Watchdog:
             deadlines.append(self.logger.last_activity + self.next_at)
         if self.every:
             deadlines.append(self.next_every)
+        due = self.act.wake_by(self.logger.last_activity) if self.act is not None else None
+        if due is not None:
+            deadlines.append(due)
         return deadlines
 
     def _check_gil(self, now):
