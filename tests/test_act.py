@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from support import PYTHON, clean_env, free_port, read, report_json, run_python, script
+from earlylog.runtime import records
+from support import PYTHON, clean_env, free_port, kill_pid, log_files, report_json, run_python, script
 
 HANG = """
     import threading
@@ -164,3 +165,81 @@ def test_a_person_at_a_terminal_is_never_ended(tmp_path, logdir):
         os.close(master)
     assert b"hello ada" in seen
     assert alerts(out) == []
+
+
+# Rank 1 is stuck on the first attempt only, before the rendezvous rank 0 waits in; rank 0 says
+# something first, so that rank 1 is the first one silent long enough.
+FLAKY_JOB = """
+    import os, threading, time
+    import torch, torch.distributed as dist
+
+    def read_index():
+        threading.Event().wait()
+
+    attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+    if os.environ["RANK"] == "1" and attempt == "0":
+        read_index()
+    if os.environ["RANK"] == "0" and attempt == "0":
+        time.sleep(2)
+        print("rank 0 ready", flush=True)
+    # A rendezvous of its own per attempt: the agent's store keeps the first attempt's gloo
+    # addresses, and a rank of the next one that reads them first fails to connect (a torch race).
+    dist.init_process_group("gloo", init_method="file://%s/rdzv-%s" % (os.getcwd(), attempt),
+                            rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    print("attempt %s rank %d sum %d" % (attempt, dist.get_rank(), int(t.item())), flush=True)
+    dist.destroy_process_group()
+"""
+
+
+def torchrun(tmp_path, logdir, timeout, **env):
+    pytest.importorskip("torch")
+    command = [PYTHON, "-m", "torch.distributed.run", "--nproc-per-node=2", "--max-restarts=1",
+               "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+               script(tmp_path, FLAKY_JOB, name="job.py")]
+    full = clean_env(EARLYLOG=1, EARLYLOG_DIR=logdir, EARLYLOG_STALL=2, **env)
+    proc = subprocess.Popen(command, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True, cwd=str(tmp_path))
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return proc.returncode, out.decode(), err.decode()
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        for path in log_files(logdir):  # torchrun starts each rank in a session of its own
+            with open(path) as f:
+                kill_pid(records.parse(f.readline())["pid"])
+        proc.communicate()
+        return None, "", ""
+
+
+@pytest.mark.slow
+def test_torchrun_restarts_a_rank_earlylog_ended(tmp_path, logdir):
+    began = time.monotonic()
+    status, out, err = torchrun(tmp_path, logdir, 90, EARLYLOG_STALL_EXIT=10)
+    took = time.monotonic() - began
+    assert status == 0, err[-3000:]
+    assert took < 50
+    assert sorted(re.findall(r"attempt 1 rank \d sum 2", out)) == ["attempt 1 rank 0 sum 2", "attempt 1 rank 1 sum 2"]
+    rep = report_json(logdir)
+    cause = next(c for c in rep["causes"] if c["kind"] == "stall-exit")
+    assert re.search(r"^rank 1 \(torchrun attempt 0\) was stuck for 1\d s in read_index at job.py:6; earlylog "
+                     r"ended it with exit status 124 \(EARLYLOG_STALL_EXIT=10\) so that its launcher would "
+                     r"restart it; torchrun's next attempt \(restart 1\) ran: ranks 0, 1 exited 0$", cause["text"])
+    attempts = {(d["rank"], d["restart"]): d["state"] for d in rep["processes"] if d["rank"] is not None}
+    assert attempts[(1, 0)] == "failed" and attempts[(0, 1)] == attempts[(1, 1)] == "exited"
+    # The same story in `earlylog tail` (the rank's own line) and on the HTML page.
+    tail = subprocess.run([PYTHON, "-m", "earlylog", "tail", "-n", "0", str(logdir)], capture_output=True,
+                          text=True, env=clean_env(), timeout=60).stdout
+    assert re.search(r"rank1 earlylog: EARLYLOG_STALL_EXIT=10: ending this process, stuck for 1\d s in read_index", tail)
+    page = tmp_path / "run.html"
+    subprocess.run([PYTHON, "-m", "earlylog", "report", "--html", str(page), str(logdir)], env=clean_env(),
+                   capture_output=True, timeout=60)
+    assert "earlylog ended it with exit status 124" in page.read_text()
+
+
+@pytest.mark.slow
+def test_torchrun_without_stall_exit_hangs_as_before(tmp_path, logdir):
+    status, out, _err = torchrun(tmp_path, logdir, 25)
+    assert status is None, "the job should still hang"
+    assert "attempt 1" not in out
