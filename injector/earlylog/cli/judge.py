@@ -25,7 +25,7 @@ def _why_not(d):
         return "its state is %s, not stalled" % d["state"]
     if d["idle"]:
         return "idle: %s" % d["idle"]
-    if not verdict._stuck(d):
+    if not verdict.stuck(d):
         return "computing or stopping, not stuck"
     if _PARENT in (d["stall"]["text"] or ""):
         return "a parent waiting for its children (they are judged on their own)"

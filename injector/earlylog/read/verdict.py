@@ -408,6 +408,9 @@ def _stuck(d):
         and not (main and any(_SIGNAL_HANDLER.search(f["function"]) for f in main["frames"]))
 
 
+stuck = _stuck  # public: the watchdog's judge (cli/judge.py) acts only on what this calls stuck
+
+
 def _memory_pressure(d, out):
     mem = d["memory"] or {}
     return bool(mem.get("near_limit") or mem.get("oom_kill_rose") or

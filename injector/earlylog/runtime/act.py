@@ -78,10 +78,13 @@ class Child:
             os.close(self.out)
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
 def judge_argv(log, pid):
     """The judge's command line: this interpreter, isolated (-I: no user site, no PYTHON* variables;
     -S: no site at all), with this copy of earlylog first on its path."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = ROOT
     code = "import sys; sys.path.insert(0, sys.argv[1]); from earlylog.cli import judge; sys.exit(judge.main(sys.argv[2:]))"
     return [sys.executable, "-I", "-S", "-c", code, root, log, str(pid)]
 
@@ -156,6 +159,13 @@ class Act:
             self._start_judge("announce")
 
     def _start_judge(self, purpose):
+        if not os.path.isfile(os.path.join(ROOT, "earlylog", "cli", "judge.py")):
+            # `earlylog run`/`env` put a copy of the runtime alone on PYTHONPATH: no reader to judge with.
+            self.watchdog._quiet("WARNING", "EARLYLOG_ON_STALL and EARLYLOG_STALL_EXIT need earlylog installed in "
+                                         "this interpreter (`earlylog install`); the runtime copy at %s has no "
+                                         "judge; they are off" % ROOT, console=True)
+            self.command, self.exit_after = "", 0.0
+            return
         if not self.logger.path:
             self._note("cannot act on this stall: the log is not in a file the judge could read")
             self.announced, self.exit_after = True, 0.0
