@@ -21,12 +21,12 @@ _TERMINAL = ("/dev/pts/", "/dev/tty", "a terminal")
 
 def _why_not(d):
     """Why a stall is not one to act on, or None when the process is stuck."""
-    if d["state"] != "stalled" or d["stall"] is None:
-        return "its state is %s, not stalled" % d["state"]
     if d["idle"]:
         return "idle: %s" % d["idle"]
-    if not verdict.stuck(d):
-        return "computing or stopping, not stuck"
+    if d["state"] == "busy" or (d["state"] == "stalled" and not verdict.stuck(d)):
+        return "busy: CPU time still rising, computing rather than hung"
+    if d["state"] != "stalled" or d["stall"] is None:
+        return "its state is %s, not stalled" % d["state"]
     if _PARENT in (d["stall"]["text"] or ""):
         return "a parent waiting for its children (they are judged on their own)"
     blocked = [t for t in d["stall"]["threads"] if (t["state"] or "").startswith("blocked:")]

@@ -111,6 +111,7 @@ class Act:
         self.commands = []       # running command children
         self.dumped_at = None    # when the watchdog last wrote a stall dump
         self.seen_next_at = None
+        self.why_not = None      # the last reason not to act, noted once an episode
 
     def wake_by(self, silent_since):
         """When the watchdog must next beat for us (monotonic seconds), or None."""
@@ -127,6 +128,7 @@ class Act:
         wd = self.watchdog
         if self.episode != silent_since:  # a new episode, or activity again: start over
             self.episode, self.announced, self.judged_at, self.exit_tried = silent_since, False, None, None
+            self.why_not = None
             if self.judge is not None:
                 self._finish(self.judge[0])
                 self.judge = None
@@ -189,7 +191,12 @@ class Act:
 
     def _act(self, verdict, purpose, stuck_for):
         if not verdict.get("stuck"):
-            self._note("not acting on this stall: %s" % verdict.get("why", "not stuck"))
+            # One answer serves both knobs until the next stall dump; one line per reason an episode.
+            self.judged_at = self.exit_tried = self.watchdog.next_at
+            why = verdict.get("why", "not stuck")
+            if why != self.why_not:
+                self.why_not = why
+                self._note("not acting on this stall: %s" % why)
             return
         if self.command and not self.announced:
             self.announced = True
