@@ -243,3 +243,26 @@ def test_torchrun_without_stall_exit_hangs_as_before(tmp_path, logdir):
     status, out, _err = torchrun(tmp_path, logdir, 25)
     assert status is None, "the job should still hang"
     assert "attempt 1" not in out
+
+
+def test_watch_shows_each_process_and_runs_on_stall_once(tmp_path, logdir):
+    alert = tmp_path / "alert.jsonl"
+    proc = subprocess.Popen([PYTHON, script(tmp_path, HANG, name="hang.py")], start_new_session=True,
+                            env=clean_env(EARLYLOG=1, EARLYLOG_DIR=logdir, EARLYLOG_STALL=1),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        try:
+            watched = subprocess.run([PYTHON, "-m", "earlylog", "watch", str(logdir), "--every", "0.5",
+                                      "--on-stall", "cat >> %s; echo >> %s" % (alert, alert)],
+                                     capture_output=True, text=True, env=clean_env(), timeout=6).stdout
+        except subprocess.TimeoutExpired as exc:  # it runs until stopped
+            watched = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+    # Piped: plain lines, one when a process's state or place changes, not one per look.
+    stalled = [x for x in watched.splitlines() if re.search(r"pid %d \(hang\) +stalled +read_index at hang.py:4" % proc.pid, x)]
+    assert len(stalled) == 1, watched
+    assert "\x1b[" not in watched
+    (sent,) = alerts(alert)
+    assert sent["pid"] == proc.pid and sent["function"] == "read_index"

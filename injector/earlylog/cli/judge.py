@@ -19,7 +19,7 @@ _PARENT = "; waiting for child"
 _TERMINAL = ("/dev/pts/", "/dev/tty", "a terminal")
 
 
-def _why_not(d):
+def why_not(d):
     """Why a stall is not one to act on, or None when the process is stuck."""
     if d["idle"]:
         return "idle: %s" % d["idle"]
@@ -41,14 +41,18 @@ def judgement(path, pid, now=None):
     mine = [d for d in report["processes"] if d["pid"] == pid]
     if not mine:
         return {"stuck": False, "why": "no record of pid %d in %s" % (pid, path)}
-    d = mine[-1]
-    why = _why_not(d)
+    return about(mine[-1], report, path)
+
+
+def about(d, report, path):
+    """The judgement of one process of a judged report, as judgement() returns it."""
+    why = why_not(d)
     cause = next((c for c in report["causes"] if d["pid"] in c["pids"]), None)
     main = d["stall"]["main"] if d["stall"] else None
     frame = d["where"] or {}
     out = {"stuck": why is None, "host": d["host"] or socket.gethostname(), "pid": d["pid"],
            "rank": d["rank"], "local_rank": d["local_rank"], "job": d["job"],
-           "restart": d.get("restart"), "argv": (d["command"] or "")[len("argv "):] if (d["command"] or "").startswith("argv ") else d["command"], "log": os.path.abspath(path),
+           "restart": d.get("restart"), "argv": (d["command"] or "")[len("argv "):] if (d["command"] or "").startswith("argv ") else d["command"], "log": os.path.abspath(os.path.join(path, d["files"][-1]) if os.path.isdir(path) and d["files"] else path),
            "state": d["state"], "thread": main["name"] if main else None,
            "blocked": main["state"] if main else None,
            "function": frame.get("function"), "file": frame.get("file"), "line": frame.get("line"),
