@@ -81,12 +81,25 @@ class Child:
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+# posix_spawn has no closefrom: the child closes the descriptors it inherited (the program's sockets,
+# pipes, a listening port) first, so a command that outlives an exit holds none of them.
+_CLOSE = ("import os, sys\n"
+          "for fd in os.listdir('/proc/self/fd'):\n"
+          "    if int(fd) > 2:\n"
+          "        try: os.close(int(fd))\n"
+          "        except OSError: pass\n")
+
+
 def judge_argv(log, pid):
     """The judge's command line: this interpreter, isolated (-I: no user site, no PYTHON* variables;
     -S: no site at all), with this copy of earlylog first on its path."""
-    root = ROOT
-    code = "import sys; sys.path.insert(0, sys.argv[1]); from earlylog.cli import judge; sys.exit(judge.main(sys.argv[2:]))"
-    return [sys.executable, "-I", "-S", "-c", code, root, log, str(pid)]
+    code = _CLOSE + "sys.path.insert(0, sys.argv[1]); from earlylog.cli import judge; sys.exit(judge.main(sys.argv[2:]))"
+    return [sys.executable, "-I", "-S", "-c", code, ROOT, log, str(pid)]
+
+
+def command_argv(command):
+    """`sh -c COMMAND`, started through this interpreter so that it inherits no descriptor."""
+    return [sys.executable, "-I", "-S", "-c", _CLOSE + "os.execv('/bin/sh', ['sh', '-c', sys.argv[1]])", command]
 
 
 class Act:
@@ -208,7 +221,7 @@ class Act:
         payload = dict(verdict, seconds=round(stuck_for, 1))
         payload.pop("stuck", None)
         try:
-            self.commands.append(Child(["/bin/sh", "-c", self.command], COMMAND_LIMIT,
+            self.commands.append(Child(command_argv(self.command), COMMAND_LIMIT,
                                        (json.dumps(payload) + "\n").encode()))
             self._note("EARLYLOG_ON_STALL: ran the command (pid %d) for this stall" % self.commands[-1].pid)
         except OSError as exc:
