@@ -225,7 +225,8 @@ def test_torchrun_restarts_a_rank_earlylog_ended(tmp_path, logdir):
     cause = next(c for c in rep["causes"] if c["kind"] == "stall-exit")
     assert re.search(r"^rank 1 \(torchrun attempt 0\) was stuck for 1\d s in read_index at job.py:6; earlylog "
                      r"ended it with exit status 124 \(EARLYLOG_STALL_EXIT=10\) so that its launcher would "
-                     r"restart it; torchrun's next attempt \(restart 1\) ran: ranks 0, 1 exited 0$", cause["text"])
+                     r"restart it(; torchrun stopped rank 0 \(waiting in init_process_group\) to start the group again)?; "
+                     r"torchrun's next attempt \(restart 1\) ran: ranks 0, 1 exited 0$", cause["text"])
     attempts = {(d["rank"], d["restart"]): d["state"] for d in rep["processes"] if d["rank"] is not None}
     assert attempts[(1, 0)] == "failed" and attempts[(0, 1)] == attempts[(1, 1)] == "exited"
     # The same story in `earlylog tail` (the rank's own line) and on the HTML page.

@@ -29,13 +29,21 @@ def _next_attempt(d, out):
              and (o.get("restart") or 0) == d["restart"] + 1]
     if not later:
         return "; no later attempt of its job logged here (--max-restarts spent, or the launcher gave up)"
+    # The other ranks of its attempt waited for it (a collective, the rendezvous) until the agent
+    # stopped them to start the group again: not stuck on their own, nor stopped at the run's end.
+    stopped = sorted((o for o in out if o is not d and o["host"] == d["host"] and o["ppid"] == d["ppid"]
+                      and o["rank"] is not None and o.get("restart") == d["restart"] and not ended(o)),
+                     key=lambda o: o["rank"])
+    then = "; torchrun stopped %s to start the group again" % ", ".join(
+        "rank %d (%s)" % (o["rank"], "waiting in %s" % o["phase"].split()[0] if o["phase"] else o["state"])
+        for o in stopped) if stopped else ""
     done = sorted(o["rank"] for o in later if o["state"] == "exited")
     rest = sorted((o for o in later if o["state"] != "exited"), key=lambda o: o["rank"])
     words = []
     if done:
         words.append("rank%s %s exited 0" % ("" if len(done) == 1 else "s", ", ".join(map(str, done))))
     words += ["rank %d %s" % (o["rank"], o["state"]) for o in rest]
-    return "; torchrun's next attempt (restart %d) ran: %s" % (d["restart"] + 1, ", ".join(words))
+    return "%s; torchrun's next attempt (restart %d) ran: %s" % (then, d["restart"] + 1, ", ".join(words))
 
 
 def find(report, folder):
