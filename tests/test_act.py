@@ -216,7 +216,9 @@ def torchrun(tmp_path, logdir, timeout, **env):
 @pytest.mark.slow
 def test_torchrun_restarts_a_rank_earlylog_ended(tmp_path, logdir):
     began = time.monotonic()
-    status, out, err = torchrun(tmp_path, logdir, 90, EARLYLOG_STALL_EXIT=10)
+    sent = tmp_path / "alerts.jsonl"
+    status, out, err = torchrun(tmp_path, logdir, 90, EARLYLOG_STALL_EXIT=10,
+                                EARLYLOG_ON_STALL="cat >> %s; echo >> %s" % (sent, sent))
     took = time.monotonic() - began
     assert status == 0, err[-3000:]
     assert took < 50
@@ -227,6 +229,12 @@ def test_torchrun_restarts_a_rank_earlylog_ended(tmp_path, logdir):
                      r"ended it with exit status 124 \(EARLYLOG_STALL_EXIT=10\) so that its launcher would "
                      r"restart it(; torchrun stopped rank 0 \(waiting in init_process_group\) to start the group again)?; "
                      r"torchrun's next attempt \(restart 1\) ran: ranks 0, 1 exited 0$", cause["text"])
+    # ON_STALL: once per stuck process (rank 0 waits for rank 1 in the rendezvous: stuck too), never the agent.
+    sent = alerts(sent)
+    assert len({a["pid"] for a in sent}) == len(sent)
+    assert all(a["rank"] is not None for a in sent)
+    (first,) = [a for a in sent if a["rank"] == 1 and a["restart"] == 0]
+    assert first["function"] == "read_index" and first["local_rank"] == 1 and "job" in first
     attempts = {(d["rank"], d["restart"]): d["state"] for d in rep["processes"] if d["rank"] is not None}
     assert attempts[(1, 0)] == "failed" and attempts[(0, 1)] == attempts[(1, 1)] == "exited"
     # The same story in `earlylog tail` (the rank's own line) and on the HTML page.
