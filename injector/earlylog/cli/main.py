@@ -45,9 +45,10 @@ def build_parser():
     p = sub.add_parser("dump", help="make live earlylog processes write every thread's stack now")
     p.add_argument("target", metavar="PID|LOGDIR", help="one process, or every live process logging into a folder")
     p.set_defaults(func=_dump)
-    from earlylog.cli import report, tail
+    from earlylog.cli import report, tail, watch
     report.add_parser(sub)
     tail.add_parser(sub)
+    watch.add_parser(sub)
     return parser
 
 

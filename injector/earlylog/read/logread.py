@@ -24,6 +24,7 @@ _EXIT_FROM = re.compile(r"; from (thread .+?|the main thread)(?: while the main 
 _EXIT_FLUSH = re.compile(r"; flushing (stdout|stderr) at exit failed \((\w+)\)(; the reader of its \w+ went away)?")
 # A thread failing again and again between sleeps (runtime/retries.py).
 _RETRYING = re.compile(r"^retrying: thread (.+?): (\d+) failures seen in the last ([\d.]+) s; handling (.+)$")
+_ENDED_BY_US = "ended by earlylog: "  # the exit record of a process EARLYLOG_STALL_EXIT ended
 _OWN_AT = re.compile(r"earlylog \d+(?:\.\d+)+ at (/.*?), Python ")
 # This reader's own package folder; each log's start line names the folder of the copy that wrote it.
 OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -291,6 +292,15 @@ def read(path, progress=None):
     return folder
 
 
+def read_one(path):
+    """A Folder of one log file (a process's own log, which its watchdog's judge reads)."""
+    folder = Folder(os.path.dirname(path) or ".")
+    _read_file(folder, path)
+    for p in folder.procs.values():
+        _close_block(p)
+    return folder
+
+
 def host_from_name(path, pid):
     """The host part of `<time>-<host>-<pid>-<role>.log` (safe_name form), or None."""
     m = _NAME.match(os.path.basename(path))
@@ -414,6 +424,8 @@ def _event(folder, p, kind, when, text):
         p.exit_time = when
         how = _EXIT_CALL.search(text)
         p.exit_call = how.group(1) if how else p.exit_call  # a later 120 record keeps the call
+        if _ENDED_BY_US in text:  # EARLYLOG_STALL_EXIT ended it (runtime/act.py)
+            p.exit_call = text[text.index(_ENDED_BY_US):]
         by = _EXIT_FROM.search(text)
         p.exit_from = (by.group(1), by.group(2)) if by else p.exit_from
         flush = _EXIT_FLUSH.search(text)

@@ -87,7 +87,8 @@ def _tree(d, by_key, depth, paint, stacks):
 def _place(d):
     """` (rank 3, local 1, node 1, job 4711)`: the process's place in a distributed job, if any."""
     words = [("rank", d.get("rank")), ("local", d.get("local_rank")), ("node", d.get("node_rank")),
-             ("job", d.get("job"))]
+             ("job", d.get("job")),
+             ("attempt", d.get("restart") or None)]  # torchrun's restarts; the first attempt goes unsaid
     words = ["%s %s" % (k, v) for k, v in words if v is not None]
     return " (%s)" % ", ".join(words) if words else ""
 

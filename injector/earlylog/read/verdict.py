@@ -7,7 +7,7 @@ import re
 import time
 
 from earlylog import __version__
-from earlylog.read import async_causes, idle, known, process_causes, thread_causes
+from earlylog.read import acted, async_causes, idle, known, process_causes, thread_causes
 from earlylog.read.causes import busy, first_line, label, secs
 from earlylog.read.frames import (call_name, frame_dict, frame_tuple, in_event_loop, library, task_chains, user_frame,
                                   where)
@@ -85,6 +85,7 @@ def _process(p, now, here):
     d = {"host": p.host, "pid": p.pid, "ppid": p.ppid, "grandparent": p.grandparent, "tag": p.tag,
          "title": p.title, "rank": p.rank, "local_rank": p.place.get("local_rank"),
          "node_rank": p.place.get("node_rank"), "world_size": p.place.get("world_size"),
+         "restart": p.place.get("restart"),
          "job": p.place.get("job"), "command": p.argv, "idle": None, "checked_here": False, "kernel_state": None,
          "killed_by": None, "still_starting": p.starting,
          "files": [os.path.basename(f) for f in p.files], "start": p.first, "last_seen": p.last,
@@ -567,6 +568,9 @@ def _stuck(d):
         and not (main and any(_SIGNAL_HANDLER.search(f["function"]) for f in main["frames"]))
 
 
+stuck = _stuck  # public: the watchdog's judge (cli/judge.py) acts only on what this calls stuck
+
+
 def _memory_pressure(d, out):
     mem = d["memory"] or {}
     return bool(mem.get("near_limit") or mem.get("oom_kill_rose") or
@@ -628,7 +632,7 @@ def _in_collective(d):
 def _causes(report, folder):
     """Every cause the evidence shows, thread-level first; one failing step costs only its own."""
     found = []
-    for module in (thread_causes, async_causes, process_causes):
+    for module in (acted, thread_causes, async_causes, process_causes):
         try:
             found.extend(module.find(report, folder))
         except Exception as exc:  # input nobody foresaw: say so, keep the rest of the report
@@ -654,6 +658,7 @@ def _verdict(out, by_key, causes):
     killed = {c["pids"][0] for c in causes if c["kind"] == "child-killed"}
     explained.update(id(d) for d in out if d["waited_by"] and d["pid"] in killed)
     lines += _ranks(out, explained, stragglers)
+    explained.update(id(d) for d in out if acted.ended(d))  # its stall-exit cause tells it
     # A waiting process and what it waits for, already told (a run-level cause lists pids, not a pair).
     told = {frozenset(c["pids"][:2]) for c in causes if len(c["pids"]) > 1 and c["kind"] not in _RUN_CAUSES}
     lines += _parents(out, by_key, explained, stragglers, told)

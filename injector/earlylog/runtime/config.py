@@ -14,6 +14,9 @@ KNOBS = {
     "EARLYLOG_DIR": ("path", None, "log folder, one file per process (default: a per-user folder under the temp dir)"),
     "EARLYLOG_FILE": ("path", None, "exact log file for this process tree (lines are pid-tagged); overrides EARLYLOG_DIR"),
     "EARLYLOG_STALL": ("seconds", DEFAULT_STALL, "seconds of silence before every thread's stack is dumped; 0 disables"),
+    "EARLYLOG_STALL_EXIT": ("seconds", 0.0, "end a process stuck this long (as the report judges it) with exit "
+                                            "status 124, so its launcher restarts it; 0 disables"),
+    "EARLYLOG_ON_STALL": ("text", "", "a shell command run once per confirmed stall, given the stall as JSON on stdin"),
     "EARLYLOG_DUMP_EVERY": ("seconds", 0.0, "dump every thread's stack this often regardless of activity; 0 disables"),
     "EARLYLOG_CONSOLE": (("stderr", "stdout", "off"), "stderr", "where earlylog's own lines go besides the file"),
     "EARLYLOG_FORMAT": (("text", "json"), "text", "log line format; json gives one JSON object per line"),
@@ -44,6 +47,11 @@ class Config:
         self.dir = knob("EARLYLOG_DIR")
         self.file = knob("EARLYLOG_FILE")
         self.stall = knob("EARLYLOG_STALL")
+        self.stall_exit = knob("EARLYLOG_STALL_EXIT")
+        self.on_stall = knob("EARLYLOG_ON_STALL")
+        if self.on_stall and not self.stall:
+            self.problems.append("EARLYLOG_ON_STALL needs EARLYLOG_STALL above 0 to see stalls; it is off")
+            self.on_stall = ""
         self.dump_every = knob("EARLYLOG_DUMP_EVERY")
         self.console = knob("EARLYLOG_CONSOLE")
         self.format = knob("EARLYLOG_FORMAT")

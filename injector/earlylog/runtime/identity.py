@@ -53,6 +53,9 @@ def place(args, environ=os.environ):
         found.append((key, next((int(environ[n]) for n in names if environ.get(n, "").isdigit()), None)))
     if found[2][1] is None and role(args, environ) == "torchrun":
         found[2] = ("node_rank", _option(args, ("--node-rank", "--node_rank")))  # the agent's own node
+    # torchrun's attempt: 0, then 1 after its agent restarted the group (--max-restarts).
+    restart = environ.get("TORCHELASTIC_RESTART_COUNT", "")
+    found.append(("restart", int(restart) if restart.isdigit() and rank(environ) is not None else None))
     run = environ.get("TORCHELASTIC_RUN_ID", "")
     job = environ.get("SLURM_JOB_ID") or (run if run not in ("", "none") else None)
     found.append(("job", safe_name(job) if job else None))

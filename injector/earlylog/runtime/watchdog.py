@@ -45,6 +45,15 @@ def _names():
     return names
 
 
+def _act(watchdog):
+    """EARLYLOG_ON_STALL / EARLYLOG_STALL_EXIT's acting state, or None (then act.py is never loaded)."""
+    config = watchdog.logger.config
+    if not (getattr(config, "on_stall", "") or getattr(config, "stall_exit", 0)):
+        return None
+    from earlylog.runtime import act
+    return act.Act(watchdog)
+
+
 def _sampler():
     from earlylog.runtime import breadcrumbs
     return breadcrumbs.Sampler()
@@ -75,6 +84,7 @@ class Watchdog:
         self.next_mem = time.monotonic() + 1.0
         self.next_every = time.monotonic() + self.every
         self.episode, self.next_at = None, self.stall
+        self.act = threads.gated(_act, self)
         armed.watchdog = self  # from now on a fork() names the program's threads (warn_fork)
 
     def run(self):
@@ -112,6 +122,8 @@ class Watchdog:
                     self.next_at += min(self.next_at, GROWTH_CAP)
                 # A thread stuck while others print, or no training step: docs/watchdog.md#progress
                 progress.check(self, now, self.episode is not None)
+            if self.act is not None:
+                self.act.beat(now, silent_since)  # imports nothing: act.py loaded its modules
             if self.every and now >= self.next_every:
                 self.dump("every %g s (EARLYLOG_DUMP_EVERY)" % self.every)
                 self.next_every = now + self.every
@@ -139,6 +151,9 @@ class Watchdog:
             deadlines.append(self.logger.last_activity + self.next_at)
         if self.every:
             deadlines.append(self.next_every)
+        due = self.act.wake_by(self.logger.last_activity) if self.act is not None else None
+        if due is not None:
+            deadlines.append(due)
         return deadlines
 
     def _check_gil(self, now):
