@@ -5,6 +5,7 @@ thread (docs/design.md#idle-is-not-stuck). It only judges, and must never call i
 waits inside a task of the user's: for a reply, a lock, a child or a peer."""
 import re
 
+from earlylog.read import greenlets
 from earlylog.read.frames import in_event_loop, is_file, joined, library, task_chains
 from earlylog.runtime.stacks import SERVER_READ
 
@@ -133,6 +134,8 @@ def _thread(t):
     frames = t.frames
     if not frames or _in_task(frames):
         return None
+    if greenlets.in_hub(frames):  # gevent's hub: its greenlets wait, or do not, for work
+        return greenlets.idle(t)
     users = [i for i, f in enumerate(frames) if not library(f[0])]
     inner = frames[:users[0] + 1] if users else frames  # the calls the innermost user frame is in
     for check in (_work, _queue):

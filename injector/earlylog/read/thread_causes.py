@@ -11,7 +11,7 @@ import os
 import re
 import time
 
-from earlylog.read import frames, idle
+from earlylog.read import frames, greenlets, idle
 from earlylog.read.causes import Cause, first_line, label, secs
 
 # The runtime's notes under a thread in a dump (their grammar is in runtime/waits.py).
@@ -124,7 +124,8 @@ def _stalled(d, p, parent):
         if t.joins and not t.busy and not _flush_for_parent(d, t, by_ident, parent) and \
                 getattr(importing.get(t.ident), "ident", None) != t.joins["ident"]:
             out += _join(d, t, by_ident, in_cycle)
-    return out + _shutdown(d, threads) + _deaths(d, p, threads) + _unmarked(d, threads) + _unset(d, threads)
+    return out + _shutdown(d, threads) + _deaths(d, p, threads) + _unmarked(d, threads) + _unset(d, threads) + \
+        greenlets.causes(d, p.stall["threads"])
 
 
 def _holder(t, by_ident):

@@ -1,11 +1,12 @@
 """The rich stack dump: every thread's name, ids, daemon flag, kernel state, phase and frames,
 plus each pending asyncio task's await chain (`task NAME: FILE:LINE in CORO > ... > awaiting WHAT`,
 WHAT being `a Future`, `task NAME`, `gather of N tasks`, SERVER_READ or the object's repr) and the
-addresses the loop serves. It only reads; it must never block or raise."""
+addresses the loop serves; under a thread running gevent's hub, its waiting greenlets (greenlets.py).
+It only reads; it must never block or raise."""
 import sys
 import time
 
-from earlylog.runtime import peers, records, threads as our_threads, waits
+from earlylog.runtime import greenlets, peers, records, threads as our_threads, waits
 
 MAX_FRAMES = 40
 SERVER_READ = "a request on a connection its server accepted"  # what an idle server's handler awaits
@@ -17,7 +18,7 @@ def cpu_shares():
     from earlylog.runtime import kstate
     before = {tid: kstate.cpu_seconds(tid) for tid in kstate.tids()}
     start = time.monotonic()
-    time.sleep(SAMPLE)
+    our_threads.sleep(SAMPLE)  # time.sleep may be gevent's by now
     took = time.monotonic() - start
     shares = {}
     for tid, spent in before.items():
@@ -57,7 +58,8 @@ def lines(shares=None, skip_ident=None):
                      lambda: waits.notes(ident, frame, frames, threads),
                      lambda: peers.lines(tid, ident, frame) if tid else [],
                      lambda: ["  " + f for f in frame_lines(frame)],
-                     lambda: _asyncio_lines(frame)):
+                     lambda: _asyncio_lines(frame),
+                     lambda: greenlets.lines(frame)):
             try:
                 out.extend(line for line in part() if line.strip())
             except Exception as exc:  # one odd thread must not cost the dump of the others

@@ -1,0 +1,170 @@
+"""The greenlets waiting on a gevent hub, as extra dump lines under the thread that runs the hub.
+A monkey-patched program's thread sits in the hub's loop (`run at hub.py:647`) whenever every
+greenlet waits; the program's own work is in the greenlets the hub switches to. Their stacks are
+read from each greenlet's `gr_frame` (its suspended frame), never by switching to them. The lines,
+parsed by the reader (read/greenlets.py):
+  greenlets: N waiting on this thread's gevent hub[, M listed]
+  greenlet: NAME: FILE:LINE in FUNC > ... > waits on KIND[ `EXPR`] (TYPE)[; held by greenlet NAME; with
+      block at FILE:LINE in FUNC]   KIND: event, lock, queue get|put, greenlet join, joinall, socket OP,
+      sleep, server, result; `waits in FUNC` when unknown. NAME: the function it runs, `main` for
+      the thread's main greenlet. Frames are the program's (gevent's own left out), outermost first.
+  greenlets: not listed (REASON)
+Greenlets are found by one scan of the garbage collector's objects (gevent keeps no list of
+them), done only for a thread whose innermost frame is the hub's run loop, and only while the heap
+is small (MAX_BLOCKS): a dump must stay cheap. It runs in the watchdog thread at dump time; it
+never imports, switches, calls the program's code (greenlet's own C descriptors are read, never
+gevent's properties) or raises."""
+import sys
+
+from earlylog.runtime import waits
+
+MAX_BLOCKS = 3000000  # allocated memory blocks above which the heap is not scanned (about 50 ms)
+MAX_LISTED = 30       # greenlets written per hub
+MAX_CHAIN = 12        # frames per greenlet
+# gevent's own waits, known by the function of its pure-Python frame inside the user's call.
+_FRAMES = (("hub.py", "sleep", "sleep"), ("thread.py", "acquire", "lock"), ("baseserver.py", "serve_forever", "server"),
+           ("_socketcommon.py", None, "socket"), ("_socket3.py", None, "socket"), ("ssl.py", None, "socket"),
+           ("hub.py", "join", "hub join"))
+# (kind, label, module, class) of the objects a greenlet waits on, read from the user's call.
+_OBJECTS = (("lock", "threading.Lock, patched by gevent", "gevent.thread", "LockType"),
+            ("event", "gevent.event.Event", "gevent.event", "Event"),
+            ("result", "gevent.event.AsyncResult", "gevent.event", "AsyncResult"),
+            ("lock", "gevent.lock.RLock", "gevent.lock", "RLock"),
+            ("lock", "gevent.lock.BoundedSemaphore", "gevent.lock", "BoundedSemaphore"),
+            ("lock", "gevent.lock.Semaphore", "gevent.lock", "Semaphore"),
+            ("queue", "gevent.queue.Queue", "gevent.queue", "Queue"),
+            ("queue", "gevent.queue.JoinableQueue", "gevent.queue", "JoinableQueue"),
+            ("queue", "gevent.queue.SimpleQueue", "gevent.queue", "SimpleQueue"),
+            ("greenlet join", "gevent.Greenlet", "gevent.greenlet", "Greenlet"),
+            ("socket", "socket.socket, patched by gevent", "gevent._socket3", "socket"))
+_JOINS = ("joinall", "wait", "iwait", "killall")
+
+
+def lines(frame):
+    """The dump lines for a thread whose innermost frame is `frame`; [] unless it runs gevent's hub."""
+    if not _in_hub(frame):
+        return []
+    module = sys.modules.get("greenlet")
+    base = vars(module).get("greenlet") if module is not None else None
+    if not isinstance(base, type):
+        return []
+    blocks = sys.getallocatedblocks()
+    if blocks > MAX_BLOCKS:
+        return ["  greenlets: not listed (a heap of %d blocks is too large to scan during a dump)" % blocks]
+    read = {name: vars(base)[name].__get__ for name in ("gr_frame", "parent", "dead")}
+    hub = waits.frame_locals(frame).get("self")
+    if not isinstance(hub, base):
+        return []
+    root = _root(hub, read)
+    import gc
+    found = []
+    for obj in gc.get_objects():
+        if isinstance(obj, base) and obj is not hub and not read["dead"](obj):
+            top = read["gr_frame"](obj)
+            if top is not None and _root(obj, read) is root:
+                found.append((obj, top))
+    out = ["  greenlets: %d waiting on this thread's gevent hub%s" % (
+        len(found), ", %d listed" % MAX_LISTED if len(found) > MAX_LISTED else "")]
+    listed = [(read["parent"](obj) is None, top) for obj, top in found[:MAX_LISTED]]
+    for main, top in listed:
+        text, lock = _wait(top)
+        holder = _holder(lock, top, listed) if lock is not None else None
+        out.append("  greenlet: %s: %s%s" % ("main" if main else _name(top), " > ".join(_chain(top) + [text]),
+                                             "; held by greenlet %s%s" % holder if holder else ""))
+    return out
+
+
+def _holder(lock, waiter, listed):
+    """(name, `; with block at FILE:LINE in FUNC`) of the listed greenlet whose frames hold the
+    lock a greenlet waits on, else None (read as waits.py reads a thread's, from the source)."""
+    for main, top in listed:
+        if top is waiter:
+            continue
+        for text, ids in waits._held_in(top):
+            if id(lock) in ids:
+                return ("main" if main else _name(top)), text
+    return None
+
+
+def _in_hub(frame):
+    code = frame.f_code
+    return code.co_name == "run" and code.co_filename.endswith(("/gevent/hub.py", "\\gevent\\hub.py"))
+
+
+def _root(g, read):
+    """The main greenlet of g's thread: the end of its parent chain."""
+    for _ in range(1000):
+        parent = read["parent"](g)
+        if parent is None:
+            return g
+        g = parent
+    return None
+
+
+def _gevent(frame):
+    return "/gevent/" in frame.f_code.co_filename or "\\gevent\\" in frame.f_code.co_filename
+
+
+def _chain(top):
+    """`FILE:LINE in FUNC` of the greenlet's frames, outermost first, gevent's own left out."""
+    out = []
+    frame = top
+    while frame is not None and len(out) < MAX_CHAIN:
+        if not _gevent(frame):
+            out.append("%s:%d in %s" % (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+        frame = frame.f_back
+    return out[::-1]
+
+
+def _name(top):
+    """A greenlet's name: the function it was spawned with, its outermost frame not gevent's."""
+    name, frame = None, top
+    while frame is not None:
+        if not _gevent(frame):
+            name = frame.f_code.co_name
+        frame = frame.f_back
+    return name or "greenlet"
+
+
+def _wait(top):
+    """(`waits on KIND `EXPR` (TYPE)` for the greenlet's innermost call, or `waits in FUNC`; the
+    lock it waits on, or None)."""
+    kind, frame = None, top
+    while frame is not None and _gevent(frame):  # gevent's pure-Python frames inside the user's call
+        path, func = frame.f_code.co_filename, frame.f_code.co_name
+        kind = next((k for f, name, k in _FRAMES if path.endswith(f) and name in (None, func)), kind)
+        frame = frame.f_back
+    if frame is None:
+        return "waits in %s" % top.f_code.co_name, None
+    for expr, attr, text in waits._calls_at(frame):  # the user's call: what it is made on
+        found, value = waits._resolve(expr, frame)
+        if not found:
+            continue
+        what, label = _object_kind(value)
+        if what is None and attr in _JOINS and kind is None:
+            return "waits on joinall (gevent.%s)" % attr, None
+        if what is None and kind in ("sleep", "server", "hub join"):
+            return "waits on %s (gevent)" % kind, None
+        if what is None and kind is None:
+            continue
+        what = what or kind
+        if what in ("queue", "socket"):
+            what += " " + attr
+        return "waits on %s `%s`%s" % (what, text if len(text) <= 80 else text[:77] + "...",
+                                        " (%s)" % label if label else ""), value if what == "lock" else None
+    return ("waits on %s" % kind if kind else "waits in %s" % top.f_code.co_name), None
+
+
+def _object_kind(value):
+    """(kind, label) of a gevent object a greenlet waits on, else (None, None)."""
+    for kind, label, module, name in _OBJECTS:
+        cls = _class(module, name)
+        if cls is not None and waits._isa(value, cls):
+            return kind, label
+    return None, None
+
+
+def _class(module, name):
+    found = sys.modules.get(module)
+    cls = vars(found).get(name) if found is not None else None
+    return cls if isinstance(cls, type) else None

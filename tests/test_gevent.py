@@ -1,0 +1,79 @@
+"""gevent: a monkey-patched program's stall names the greenlet that waits and what it waits on (an
+Event nothing sets, a lock another greenlet holds across a sleep, a Queue nothing fills), not the
+hub's `run at hub.py:647`; an idle StreamServer stays idle; earlylog's watchdog goes on as a real
+OS thread after patch_all(). Real gevent, real processes, read back with `earlylog report`."""
+import os
+
+import pytest
+
+from support import earlylog, kill_tree, log_files, read, report_json, script, start, wait_for
+
+pytest.importorskip("gevent")
+
+# Silent programs: the watchdog dumps a process after EARLYLOG_STALL seconds of silence, and all
+# greenlets share one OS thread, so a greenlet printing beside the stuck one keeps it from dumping.
+STUCK = """
+    from gevent import monkey; monkey.patch_all()
+    import threading
+    import gevent, gevent.event, gevent.queue
+    ready = gevent.event.Event()
+    cache_lock = threading.Lock()
+    jobs = gevent.queue.Queue()
+    def wait_ready():
+        ready.wait()
+    def refresh():
+        with cache_lock:
+            gevent.sleep(600)
+    def lookup():
+        gevent.sleep(0.1)
+        with cache_lock:
+            pass
+    def consume():
+        jobs.get()
+    gevent.joinall([gevent.spawn(f) for f in (wait_ready, refresh, lookup, consume)])
+    """
+SERVER = """
+    from gevent import monkey; monkey.patch_all()
+    from gevent.server import StreamServer
+    def handle(sock, addr):
+        sock.recv(10)
+    StreamServer(("127.0.0.1", 0), handle).serve_forever()
+    """
+
+
+def test_a_gevent_stall_names_the_waiting_greenlets_and_an_idle_server_is_idle(tmp_path, logdir):
+    procs = [start([script(tmp_path, code, name + ".py")], logdir) for name, code in
+             (("stuck", STUCK), ("server", SERVER))]
+    try:
+        def dumped():
+            logs = [read(f) for f in log_files(logdir)]
+            return len(logs) == 2 and all("greenlets: " in text for text in logs)
+        wait_for(dumped)
+        rep = report_json(logdir)
+        text = earlylog("report", logdir).stdout
+    finally:
+        for proc in procs:
+            kill_tree(proc)
+    procs = {p["tag"]: p for p in rep["processes"]}
+    assert procs["server"]["state"] == "idle", rep["verdict"]
+    assert procs["server"]["idle"] == "waiting for clients in a gevent server"
+    stuck = procs["stuck"]
+    assert stuck["state"] == "stalled", rep["verdict"]
+    # The place is the greenlet's, not the hub's.
+    assert "hub.py" not in stuck["summary"]
+    assert stuck["where"]["function"] == "lookup"
+    assert "(greenlet lookup waits on lock `cache_lock` (threading.Lock, patched by gevent) there)" in stuck["summary"]
+    causes = [c for c in rep["causes"] if c["kind"] == "greenlet"]
+    assert any(c["text"].startswith("pid %d (stuck): greenlet lookup waits on lock `cache_lock`" % stuck["pid"])
+               and "greenlet refresh holds it (with block at stuck.py:11 in refresh) and now waits on sleep (gevent) "
+                   "in refresh at stuck.py:12" in c["text"] and "`with cache_lock:`" in c["next"] for c in causes), [c["text"] for c in causes]
+    assert any("greenlet wait_ready waits on event `ready` (gevent.event.Event) in wait_ready at stuck.py:9" in c["text"]
+               and "ready.set()" in c["next"] for c in causes), [c["text"] for c in causes]
+    assert any("greenlet consume waits on queue get `jobs` (gevent.queue.Queue) in consume at stuck.py:18" in c["text"]
+               for c in causes), [c["text"] for c in causes]
+    assert "greenlet lookup waits on lock `cache_lock`" in text
+    log = read(os.path.join(logdir, stuck["files"][0]))
+    # The dump lists the greenlets under the hub's thread, and not earlylog's own thread: the
+    # watchdog still runs as a real OS thread and knows itself after patch_all().
+    assert "  greenlet: main: " in log and "> waits on joinall (gevent.joinall)" in log
+    assert "thread earlylog-watchdog" not in log
