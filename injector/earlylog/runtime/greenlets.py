@@ -11,14 +11,15 @@ parsed by the reader (read/greenlets.py):
   greenlets: not listed (REASON)
 Greenlets are found by one scan of the garbage collector's objects (gevent keeps no list of
 them), done only for a thread whose innermost frame is the hub's run loop, and only while the heap
-is small (MAX_BLOCKS): a dump must stay cheap. It runs in the watchdog thread at dump time; it
+is small (MAX_BLOCKS) and the thread is not busy: a dump must stay cheap. It runs in the watchdog thread at dump time; it
 never imports, switches, calls the program's code (greenlet's own C descriptors are read, never
 gevent's properties) or raises."""
 import sys
 
 from earlylog.runtime import waits
 
-MAX_BLOCKS = 3000000  # allocated memory blocks above which the heap is not scanned (about 50 ms)
+MAX_BLOCKS = 1000000  # allocated memory blocks (about 2.5 per object) above which the heap is not scanned:
+                      # the scan takes about 10 ms per 100,000 objects, holding the GIL
 MAX_LISTED = 30       # greenlets written per hub
 MAX_CHAIN = 12        # frames per greenlet
 # gevent's own waits, known by the function of its pure-Python frame inside the user's call.
@@ -40,9 +41,11 @@ _OBJECTS = (("lock", "threading.Lock, patched by gevent", "gevent.thread", "Lock
 _JOINS = ("joinall", "wait", "iwait", "killall")
 
 
-def lines(frame):
-    """The dump lines for a thread whose innermost frame is `frame`; [] unless it runs gevent's hub."""
-    if not _in_hub(frame):
+def lines(frame, state=None):
+    """The dump lines for a thread whose innermost frame is `frame` and whose kernel state is `state`
+    (stacks.py's words); [] unless it runs gevent's hub, and no scan while that thread is busy (its
+    greenlets run: none is stuck)."""
+    if not _in_hub(frame) or (state or "").startswith("busy:"):
         return []
     module = sys.modules.get("greenlet")
     base = vars(module).get("greenlet") if module is not None else None

@@ -1,12 +1,13 @@
 """The rich stack dump: every thread's name, ids, daemon flag, kernel state, phase and frames,
 plus each pending asyncio task's await chain (`task NAME: FILE:LINE in CORO > ... > awaiting WHAT`,
 WHAT being `a Future`, `task NAME`, `gather of N tasks`, SERVER_READ or the object's repr) and the
-addresses the loop serves; under a thread running gevent's hub, its waiting greenlets (greenlets.py).
+addresses the loop serves; under a thread running gevent's hub, its waiting greenlets (greenlets.py); notebook cells by their
+In[N] names (cells.py).
 It only reads; it must never block or raise."""
 import sys
 import time
 
-from earlylog.runtime import greenlets, peers, records, threads as our_threads, waits
+from earlylog.runtime import cells, greenlets, peers, records, threads as our_threads, waits
 
 MAX_FRAMES = 40
 SERVER_READ = "a request on a connection its server accepted"  # what an idle server's handler awaits
@@ -57,9 +58,10 @@ def lines(shares=None, skip_ident=None):
                      lambda: ["  phase: " + phases.describe(ident)] if phases.describe(ident) else [],
                      lambda: waits.notes(ident, frame, frames, threads),
                      lambda: peers.lines(tid, ident, frame) if tid else [],
+                     lambda: cells.notes(frame),
                      lambda: ["  " + f for f in frame_lines(frame)],
                      lambda: _asyncio_lines(frame),
-                     lambda: greenlets.lines(frame)):
+                     lambda: greenlets.lines(frame, state)):
             try:
                 out.extend(line for line in part() if line.strip())
             except Exception as exc:  # one odd thread must not cost the dump of the others
