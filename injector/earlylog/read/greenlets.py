@@ -1,4 +1,4 @@
-"""gevent's greenlets as the reader tells them: a thread parked in gevent's hub (`run at
+"""gevent's and eventlet's greenlets as the reader tells them: a thread parked in a hub (`run at
 hub.py:647`) waits where its greenlets wait, read from the `greenlet:` notes the runtime wrote
 under it (runtime/greenlets.py). It says where a stalled hub's program waits (the place of the
 stall), whether the hub only waits for work (idle: a server waiting for clients, nothing
@@ -12,7 +12,7 @@ from earlylog.read.frames import is_file, library, user_frame, where
 _GREENLET = re.compile(r"^greenlet: (?P<name>[^:]+): (?P<chain>.*?) > (?P<wait>waits (?:on|in) .*?)"
                        r"(?:; held by greenlet (?P<holder>\S+); (?P<how>.*))?$")
 _CHAIN_FRAME = re.compile(r"^(.*):(\d+) in (\S+)$")
-_COUNT = re.compile(r"^greenlets: (\d+) waiting")
+_COUNT = re.compile(r"^greenlets: (\d+) waiting on this thread's (\w+) hub")
 _WAIT = re.compile(r"^waits on (?P<kind>[a-z]+(?: (?:get|put|join|recv\w*|send\w*|accept|connect\w*|\w+))?)"
                    r"(?: `(?P<expr>[^`]*)`)?(?: \((?P<type>[^)]*)\))?$")
 # Waits that mean a greenlet waits for work: a server's loop; a main greenlet joining the others
@@ -48,8 +48,16 @@ class Greenlet:
 
 
 def in_hub(frames):
-    """Is the thread parked in gevent's hub loop, the innermost frame its run()?"""
-    return bool(frames) and frames[0][2] == "run" and is_file(frames[0][0], "gevent/hub.py")
+    """Is the thread parked in a hub's loop: gevent's run() the innermost frame, or eventlet's run()
+    with only library frames (its poll) inside?"""
+    if frames and frames[0][2] == "run" and is_file(frames[0][0], "gevent/hub.py"):
+        return True
+    for path, _line, func in frames[:6]:
+        if func == "run" and is_file(path, "eventlet/hubs/hub.py"):
+            return True
+        if not library(path):
+            return False
+    return False
 
 
 def of(t):
@@ -60,15 +68,15 @@ def of(t):
 
 
 def idle(t):
-    """`waiting for work in gevent's hub` when the hub's greenlets only wait for work (none, or a
-    server's serve_forever and those joining it); None otherwise or when not a gevent hub."""
+    """`waiting for clients in a gevent server` when the hub's greenlets only wait for work (none,
+    or a server's loop and those joining it); None otherwise or when not a hub."""
     found = of(t)
     if found is None:
         return None
     if any(g.kind in _WORK for g in found):
         rest = [g for g in found if g.kind not in _WORK and g.kind not in _FOLLOW]
-        return "waiting for clients in a gevent server" if not rest else None
-    return "waiting for work in gevent's hub (no greenlet waiting)" if not found else None
+        return "waiting for clients in %s server" % ("an eventlet" if _lib(t) == "eventlet" else "a gevent") if not rest else None
+    return "waiting for work in %s's hub (no greenlet waiting)" % _lib(t) if not found else None
 
 
 def awaited(main):
@@ -81,6 +89,11 @@ def awaited(main):
     return user_frame(g.frames), "greenlet %s waits on %s there" % (g.name, g.what())
 
 
+def _lib(t):
+    """`gevent` or `eventlet`: whose hub the thread runs, from its `greenlets:` note."""
+    return next((m.group(2) for m in map(_COUNT.match, t.notes) if m), "gevent")
+
+
 def _ranked(found):
     """The user's greenlets waiting on something themselves (not joins of others), most telling first."""
     own = [g for g in found if g.frames and any(not library(f[0]) for f in g.frames)
@@ -89,7 +102,7 @@ def _ranked(found):
 
 
 def causes(d, threads):
-    """The causes of a stalled process whose thread runs gevent's hub: each greenlet of the
+    """The causes of a stalled process whose thread runs a hub (gevent's, eventlet's): each greenlet of the
     user's that waits on something (three at most), with a next step."""
     out = []
     for t in threads:
@@ -100,8 +113,9 @@ def causes(d, threads):
             if g.base == "sleep":
                 continue
             text, step = _words(g, found)
-            out.append(Cause("greenlet", "%s: greenlet %s waits on %s in %s, under gevent's hub in thread %s%s" % (
-                label(d), g.name, g.what(), where(user_frame(g.frames)), t.name, text), step, [d["pid"]], [t.name]))
+            out.append(Cause("greenlet", "%s: greenlet %s waits on %s in %s, under %s's hub in thread %s%s" % (
+                label(d), g.name, g.what(), where(user_frame(g.frames)), _lib(t), t.name, text), step, [d["pid"]],
+                [t.name]))
     return out
 
 
@@ -130,4 +144,4 @@ def _words(g, found):
         return ("; nothing puts into it", "find the producer of %s (did it raise or end early?), or "
                                           "get(timeout=...) so a missing item becomes an error" % expr)
     return ("; its peer sends nothing", "find why the peer of %s does not answer; %s.settimeout(...) or "
-                                        "gevent.Timeout turns the silence into an error" % (expr, expr))
+                                        "a Timeout (gevent's, eventlet's) turns the silence into an error" % (expr, expr))
