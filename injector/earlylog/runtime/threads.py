@@ -219,12 +219,12 @@ def pause_for_fork():
         wake.set()
     deadline = time.monotonic() + FORK_WAIT
     while (_ours or _starting[0]) and time.monotonic() < deadline:
-        time.sleep(0.0001)
+        sleep(0.0001)  # the real one: a patched time.sleep would switch greenlets inside fork()
     # A thread that returned is still in the kernel's count for a few microseconds; a count that
     # stays above one for long is a thread we did not know of (a timer that fired): no use waiting.
     deadline = min(deadline, time.monotonic() + 0.1)
     while not alone_but_ours(0) and time.monotonic() < deadline:
-        time.sleep(0.0002)
+        sleep(0.0002)
 
 
 def resume_after_fork(restart, caller):
