@@ -58,12 +58,20 @@ EV_SERVER = """
     from eventlet import wsgi
     wsgi.server(eventlet.listen(("127.0.0.1", 0)), lambda env, start: [], log_output=False)
     """
+# A server with a client connected and quiet: its handler waits for the client's next request
+# (the connection's local port is the one the server listens on). create_connection resolves the
+# address in gevent's thread pool, whose idle worker thread must not read as a stuck lock.
 SERVER = """
     from gevent import monkey; monkey.patch_all()
+    import socket
     from gevent.server import StreamServer
     def handle(sock, addr):
-        sock.recv(10)
-    StreamServer(("127.0.0.1", 0), handle).serve_forever()
+        while sock.recv(10):
+            pass
+    server = StreamServer(("127.0.0.1", 0), handle)
+    server.start()
+    client = socket.create_connection(server.address)
+    server.serve_forever()
     """
 
 
@@ -83,6 +91,8 @@ def test_a_gevent_stall_names_the_waiting_greenlets_and_an_idle_server_is_idle(t
     procs = {p["tag"]: p for p in rep["processes"]}
     assert procs["server"]["state"] == "idle", rep["verdict"]
     assert procs["server"]["idle"] == "waiting for clients in a gevent server"
+    assert not [c for c in rep["causes"] if procs["server"]["pid"] in c["pids"]], rep["causes"]
+    assert ", ESTABLISHED, server; " in read(os.path.join(logdir, procs["server"]["files"][0]))
     stuck = procs["stuck"]
     assert stuck["state"] == "stalled", rep["verdict"]
     # The place is the greenlet's, not the hub's.

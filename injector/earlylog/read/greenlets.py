@@ -9,8 +9,8 @@ import re
 from earlylog.read.causes import Cause, label
 from earlylog.read.frames import is_file, library, user_frame, where
 
-_GREENLET = re.compile(r"^greenlet: (?P<name>[^:]+): (?P<chain>.*?) > (?P<wait>waits (?:on|in) .*?)"
-                       r"(?:; held by greenlet (?P<holder>\S+); (?P<how>.*))?$")
+_GREENLET = re.compile(r"^greenlet: (?P<name>[^:]+): (?:(?P<chain>.*?) > )?(?P<wait>waits (?:on|in) .*?)"
+                       r"(?:; held by greenlet (?P<holder>\S+); (?P<how>.*)|; socket: (?P<socket>.*))?$")
 _CHAIN_FRAME = re.compile(r"^(.*):(\d+) in (\S+)$")
 _COUNT = re.compile(r"^greenlets: (\d+) waiting on this thread's (\w+) hub")
 _WAIT = re.compile(r"^waits on (?P<kind>[a-z]+(?: (?:get|put|join|recv\w*|send\w*|accept|connect\w*|\w+))?)"
@@ -28,13 +28,19 @@ class Greenlet:
     def __init__(self, m):
         self.name = m.group("name")
         self.frames = [(f.group(1), int(f.group(2)), f.group(3)) for f in map(_CHAIN_FRAME.match,
-                                                                             m.group("chain").split(" > ")) if f][::-1]
+                                                                             (m.group("chain") or "").split(" > ")) if f][::-1]
         self.wait = m.group("wait")
         w = _WAIT.match(self.wait)
         self.kind = w.group("kind") if w else None
         self.expr = w.group("expr") if w else None
         self.type = w.group("type") if w else None
-        self.holder, self.how = m.group("holder"), m.group("how")
+        self.holder, self.how, self.socket = m.group("holder"), m.group("how"), m.group("socket")
+
+    @property
+    def served(self):
+        """A server's handler waiting for its client's next request: a read on a connection whose
+        local port a socket of this process listens on (`..., ESTABLISHED, server; ...`)."""
+        return self.base == "socket" and bool(self.socket) and ", server; " in self.socket
 
     @property
     def base(self):
@@ -74,7 +80,7 @@ def idle(t):
     if found is None:
         return None
     if any(g.kind in _WORK for g in found):
-        rest = [g for g in found if g.kind not in _WORK and g.kind not in _FOLLOW]
+        rest = [g for g in found if g.kind not in _WORK and g.kind not in _FOLLOW and not g.served]
         return "waiting for clients in %s server" % ("an eventlet" if _lib(t) == "eventlet" else "a gevent") if not rest else None
     return "waiting for work in %s's hub (no greenlet waiting)" % _lib(t) if not found else None
 
@@ -97,7 +103,7 @@ def _lib(t):
 def _ranked(found):
     """The user's greenlets waiting on something themselves (not joins of others), most telling first."""
     own = [g for g in found if g.frames and any(not library(f[0]) for f in g.frames)
-           and g.base in _ORDER]
+           and g.base in _ORDER and not g.served]
     return sorted(own, key=lambda g: _ORDER.index(g.base))
 
 
@@ -143,5 +149,7 @@ def _words(g, found):
             return "; the queue is full", "find why the consumer of %s stopped getting, or put(timeout=...)" % expr
         return ("; nothing puts into it", "find the producer of %s (did it raise or end early?), or "
                                           "get(timeout=...) so a missing item becomes an error" % expr)
-    return ("; its peer sends nothing", "find why the peer of %s does not answer; %s.settimeout(...) or "
-                                        "a Timeout (gevent's, eventlet's) turns the silence into an error" % (expr, expr))
+    peer = re.search(r"TCP \S+ -> (\S+),", g.socket or "")
+    return ("; %s sends nothing" % (peer.group(1) if peer else "its peer"),
+            "find why the peer of %s does not answer; %s.settimeout(...) or "
+            "a Timeout (gevent's, eventlet's) turns the silence into an error" % (expr, expr))

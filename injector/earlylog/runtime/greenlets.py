@@ -5,7 +5,7 @@ Their stacks are read from each greenlet's `gr_frame` (its suspended frame), nev
 to them. The lines, parsed by the reader (read/greenlets.py):
   greenlets: N waiting on this thread's LIB hub[, M listed]      LIB: gevent or eventlet
   greenlet: NAME: FILE:LINE in FUNC > ... > waits on KIND[ `EXPR`] (TYPE)[; held by greenlet NAME; with
-      block at FILE:LINE in FUNC]   KIND: event, lock, queue get|put, greenlet join, joinall, socket OP,
+      block at FILE:LINE in FUNC | ; socket: peers.socket_line()'s words]   KIND: event, lock, queue get|put, greenlet join, joinall, socket OP,
       sleep, server, result; `waits in FUNC` when unknown. NAME: the function it runs, `main` for
       the thread's main greenlet. Frames are the program's (the library's own left out), outermost first.
   greenlets: not listed (REASON)
@@ -16,12 +16,13 @@ thread at dump time; it never imports, switches, calls the program's code (green
 descriptors are read, never a library's properties) or raises."""
 import sys
 
-from earlylog.runtime import waits
+from earlylog.runtime import peers, waits
 
 MAX_BLOCKS = 1000000  # allocated memory blocks (about 2.5 per object) above which the heap is not scanned:
                       # the scan takes about 10 ms per 100,000 objects, holding the GIL
 MAX_LISTED = 30       # greenlets written per hub
 MAX_CHAIN = 12        # frames per greenlet
+MAX_SOCKETS = 8       # socket waits described per hub (each reads /proc/net/tcp: milliseconds)
 # The libraries' own waits, known by the function of their pure-Python frames inside the user's
 # call (gevent's are mostly compiled: its waits are read from the user's call instead).
 _FRAMES = (("gevent/hub.py", "sleep", "sleep"), ("gevent/thread.py", "acquire", "lock"),
@@ -87,12 +88,28 @@ def lines(frame, state=None):
     out = ["  greenlets: %d waiting on this thread's %s hub%s" % (
         len(found), lib, ", %d listed" % MAX_LISTED if len(found) > MAX_LISTED else "")]
     listed = [(read["parent"](obj) is None, top) for obj, top in found[:MAX_LISTED]]
+    sockets = [0]
     for main, top in listed:
-        text, lock = _wait(top)
-        holder = _holder(lock, top, listed) if lock is not None else None
-        out.append("  greenlet: %s: %s%s" % ("main" if main else _name(top), " > ".join(_chain(top) + [text]),
-                                             "; held by greenlet %s%s" % holder if holder else ""))
+        text, obj = _wait(top)
+        holder = _holder(obj, top, listed) if obj is not None and text.startswith("waits on lock") else None
+        more = "; held by greenlet %s%s" % holder if holder else ""
+        if obj is not None and text.startswith("waits on socket") and sockets[0] < MAX_SOCKETS:
+            sockets[0] += 1
+            line = _socket_line(obj)
+            more = "; socket: " + line if line else ""
+        out.append("  greenlet: %s: %s%s" % ("main" if main else _name(top), " > ".join(_chain(top) + [text]), more))
     return out
+
+
+def _socket_line(sock):
+    """peers.socket_line() for a patched socket: the real one is a field of it (gevent's `_sock`
+    slot, eventlet's `fd`), read without running code; its role (`server` for a connection a server of this process
+    accepted) tells a handler waiting for its client's next request from a client awaiting a reply."""
+    import _socket
+    for real in (sock, waits._attribute(sock, "_sock")[1], waits._attribute(sock, "fd")[1]):
+        if isinstance(real, _socket.socket):
+            return peers.socket_line(_socket.socket.fileno(real), "read")
+    return ""
 
 
 def _holder(lock, waiter, listed):
@@ -160,12 +177,12 @@ def _name(top):
         if not _own(frame):
             name = frame.f_code.co_name
         frame = frame.f_back
-    return name or "greenlet"
+    return name or top.f_code.co_name  # only the library's frames: its innermost function
 
 
 def _wait(top):
     """(`waits on KIND `EXPR` (TYPE)` for the greenlet's innermost call, or `waits in FUNC`; the
-    lock it waits on, or None)."""
+    lock or socket it waits on, or None)."""
     kind, frame = None, top
     lib = None
     while frame is not None and _own(frame):  # the library's pure-Python frames inside the user's call
@@ -191,7 +208,8 @@ def _wait(top):
         if what in ("queue", "socket"):
             what += " " + attr
         return "waits on %s `%s`%s" % (what, text if len(text) <= 80 else text[:77] + "...",
-                                        " (%s)" % label if label else ""), value if what == "lock" else None
+                                        " (%s)" % label if label else ""), \
+            value if what == "lock" or what.startswith("socket") else None
     return ("waits on %s" % kind if kind else "waits in %s" % top.f_code.co_name), None
 
 

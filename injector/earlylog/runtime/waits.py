@@ -129,8 +129,10 @@ def _waited(frame):
     module_lock = _import_lock(frame)
     if module_lock is not None:
         return module_lock
-    if _module_of(frame) == "threading":
-        return None  # its own locks (a finished program waiting in _shutdown): the reader tells those
+    if _module_of(frame) == "threading" or frame.f_code.co_filename.endswith("/gevent/_threading.py"):
+        # its own locks (a finished program waiting in _shutdown): the reader tells those; gevent's
+        # copy of threading's Condition for its thread pool takes a waiter lock twice, by design
+        return None
     # No stdlib frame: blocked in C, in a lock's acquire() (`with lock:` too) or SimpleQueue.get().
     waits = []
     for expr, attr, text in _calls_at(frame):
