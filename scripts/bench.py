@@ -168,6 +168,21 @@ def logline_row(venvs, plan, work):
                   bench_stats.paired(timed["earlylog"], timed["raw"]), 2.0, unit="us", scale=1e6)
 
 
+def heartbeat_row(venvs, plan, work):
+    """The training heartbeat's hook, run at every optimizer step, against an empty hook."""
+    title = "training heartbeat: earlylog's hook per optimizer step"
+    if importlib.util.find_spec("torch") is None:
+        return missing("heartbeat", title, "an empty hook", "< 2 us added", "torch is not installed")
+    result = os.path.join(work, "heartbeat-result")
+    run_ok([sys.executable, CHILD, "heartbeat", result, str(plan["log_calls"]), str(plan["log_blocks"])],
+           child_env(EARLYLOG=1, EARLYLOG_DIR=os.path.join(work, "heartbeat-logs")))
+    timed = read_result(result)
+    out = judged("heartbeat", title, "an empty hook", "< 2 us added",
+                 bench_stats.paired(timed["earlylog"], timed["raw"]), 2e-6, "added", unit="us", scale=1e6)
+    out["result"] += "; one small SGD step takes %.0f us" % (timed["step"] * 1e6)
+    return out
+
+
 def print_row(venvs, plan, work):
     """A user's print() with earlylog on (live + tee) against print(..., flush=True) without it."""
     python, result = venvs.earlylog(), os.path.join(work, "print-result")
@@ -183,6 +198,35 @@ def print_row(venvs, plan, work):
     return judged("print-live", "a user `print()` made live (line-buffered + tee)",
                   "`print(..., flush=True)` without earlylog", "< 2x",
                   bench_stats.paired(samples["live"], samples["flush"]), 2.0, unit="us", scale=1e6)
+
+
+def retry_rows(venvs, plan, work):
+    """runtime/retries.py's check at each watchdog beat, 16 threads each in an `except` block
+    against 16 in a plain sleep; and, unjudged, the audit hook it does without (any hook costs every
+    audit event of the process: docs/design.md#retrying-is-not-idle), against no hook."""
+    python, result = venvs.earlylog(), os.path.join(work, "retries-result")
+    env = child_env(EARLYLOG=1, EARLYLOG_DIR=os.path.join(work, "retries-logs"))
+
+    def beat(name):
+        run_ok([python, CHILD, "retries", result, "16", "1" if name == "handling" else "0"], env)
+        return read_result(result)
+
+    def hooked(name):
+        run_ok([python, CHILD, "audit", result, str(plan["log_calls"] * 10), "1" if name == "hook" else "0"],
+               child_env())
+        return read_result(result)
+
+    beats = bench_stats.interleave(plan["print_rounds"], ("handling", "sleeping"), beat, plan["warmup"])
+    hooks = bench_stats.interleave(plan["print_rounds"], ("hook", "none"), hooked, plan["warmup"])
+    rows = [judged("retry-beat", "retry check at a watchdog beat, 16 threads each sleeping in an `except` block",
+                   "16 threads in a plain sleep", "< 50 us added (0.02% of a core at a 0.25 s beat)",
+                   bench_stats.paired(beats["handling"], beats["sleeping"]), 50e-6, "added", unit="us", scale=1e6)]
+    for part, title in (("event", "an audit event (`sys._getframe()`)"),
+                        ("deepcopy", "`copy.deepcopy` of 2,000 small dicts (an `id()` per object)")):
+        rows.append(judged("alt-audit-" + part, "alternative, rejected: an audit hook; %s" % title, "no hook", "-",
+                           bench_stats.paired([s[part] for s in hooks["hook"]], [s[part] for s in hooks["none"]]),
+                           None, unit="us", scale=1e6))
+    return rows
 
 
 def pause_row(venvs, plan, work):
@@ -268,6 +312,7 @@ class Sleepers:
             for side, extra in (("on", {"EARLYLOG": 1, "EARLYLOG_DIR": os.path.join(work, "idle-logs")}),
                                 ("off", {})):
                 self._start("idle", "%s-%d" % (side, i), python, plan["idle_seconds"], extra)
+                self._start("idle-threads", "%s-%d" % (side, i), python, plan["idle_seconds"], extra)
         for i in range(plan["stall_runs"]):
             self._start("stall", str(i), python, plan["stall_after"] + 4,
                         {"EARLYLOG": 1, "EARLYLOG_STALL": plan["stall_after"],
@@ -317,7 +362,15 @@ class Sleepers:
         return [judged("idle-cpu", "watchdog CPU while idle for %g s" % seconds, "process without earlylog",
                        "< 0.1% of a core", cpu, 0.001, "added", "% of a core", 100),
                 judged("memory", "resident memory after start-up (VmRSS)", "EARLYLOG unset",
-                       "< 3 MiB added", rss, 3.0, "added", "MiB", 1)]
+                       "< 3 MiB added", rss, 3.0, "added", "MiB", 1)] + self._threads_row()
+
+    def _threads_row(self):
+        """Idle with two more threads waiting: the per-thread progress check looks at each, every beat."""
+        on, off = self._results("idle-threads", "on-"), self._results("idle-threads", "off-")
+        cpu = bench_stats.paired([r["cpu"] / r["seconds"] for r in on], [r["cpu"] / r["seconds"] for r in off])
+        return [judged("idle-cpu-threads", "watchdog CPU while idle for %g s, 3 threads (per-thread progress "
+                       "check on)" % self.plan["idle_seconds"], "process without earlylog", "< 0.1% of a core", cpu,
+                       0.001, "added", "% of a core", 100)]
 
     def _stall_row(self):
         after = self.plan["stall_after"]
@@ -443,9 +496,11 @@ def main(argv=None):
         rows += guarded("startup", startup_rows, venvs, plan, work)
         rows += guarded("torch", torch_rows, plan, work)
         rows += guarded("log-line", logline_row, venvs, plan, work)
+        rows += guarded("heartbeat", heartbeat_row, venvs, plan, work)
         rows += guarded("print-live", print_row, venvs, plan, work)
         rows += guarded("stall-pause", pause_row, venvs, plan, work)
         rows += guarded("fork", fork_row, venvs, plan, work)
+        rows += guarded("retries", retry_rows, venvs, plan, work)
         rows += guarded("idle", sleepers.rows)
         rows += guarded("report", report_row, venvs, plan, work)
     info["loadavg_end"] = os.getloadavg()

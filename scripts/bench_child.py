@@ -93,6 +93,38 @@ def busy(result, seconds):
     _result(result, worst)
 
 
+def heartbeat(result, calls, blocks):
+    """earlylog's training heartbeat (the optimizer step hook) against an empty hook of the same
+    signature, blocks alternating; and the time of one small optimizer step, for scale."""
+    import torch
+    from earlylog.runtime import marks
+    if not marks._step_hook:
+        raise SystemExit("earlylog's optimizer step hook is not registered")
+
+    def empty(optimizer, args, kwargs):
+        pass
+
+    calls, timed = int(calls), {"earlylog": [], "raw": []}
+    for _ in range(int(blocks)):
+        began = time.perf_counter()
+        for _ in range(calls):
+            marks._stepped(None, (), {})
+        middle = time.perf_counter()
+        for _ in range(calls):
+            empty(None, (), {})
+        timed["earlylog"].append((middle - began) / calls)
+        timed["raw"].append((time.perf_counter() - middle) / calls)
+    model = torch.nn.Linear(64, 64)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    model(torch.randn(4, 64)).sum().backward()
+    optimizer.step()
+    began = time.perf_counter()
+    for _ in range(200):
+        optimizer.step()
+    timed["step"] = (time.perf_counter() - began) / 200
+    _result(result, timed)
+
+
 def idle(result, seconds):
     """A process that sleeps: its own CPU time over the window, and its resident memory."""
     rss_start, cpu = _rss_kib(), time.process_time()
@@ -113,6 +145,15 @@ def forks(result, count):
     _result(result, (time.perf_counter() - began) / count)
 
 
+def idle_threads(result, seconds):
+    """idle() with two more threads, parked on an event and in a long sleep, as a program's helpers."""
+    import threading
+    done = threading.Event()
+    threading.Thread(target=done.wait, daemon=True).start()
+    threading.Thread(target=time.sleep, args=(float(seconds) + 5,), daemon=True).start()
+    idle(result, seconds)
+
+
 def stall(result, seconds):
     """Says it is starting, then goes silent: the time it fell silent goes to RESULT first."""
     print("starting job...", flush=True)
@@ -120,7 +161,61 @@ def stall(result, seconds):
     time.sleep(float(seconds))
 
 
+def audit(result, calls, hook):
+    """The alternative runtime/retries.py rejected (docs/design.md#retrying-is-not-idle): an audit
+    hook like the one it would need (hook "1") against none, on `sys._getframe()` (the cheapest
+    audit event) and `copy.deepcopy` (an `id()`, so an audit event, per object); best of 5 blocks."""
+    import copy
+    calls = int(calls)
+    if hook == "1":
+        watched = frozenset(("socket.connect", "os.kill"))
+
+        def on_event(event, args, _watched=watched):
+            if event in _watched:
+                pass
+        sys.addaudithook(on_event)
+    data = [{"a": [1, 2, 3], "b": {"c": "x", "d": (1, 2)}} for _ in range(calls // 10)]
+
+    def frames(n):
+        for _ in range(n):
+            sys._getframe()
+
+    _result(result, {"event": _best(frames, calls * 10), "deepcopy": _best(lambda n: copy.deepcopy(data), 1)})
+
+
+def _best(work, n):
+    times = []
+    for _ in range(5):
+        began = time.perf_counter()
+        work(n)
+        times.append((time.perf_counter() - began) / n)
+    return min(times)
+
+
+def retry_beat(result, threads, handling):
+    """One watchdog beat's retry check (runtime/retries.beat) with THREADS threads asleep, each inside
+    an `except` block (handling "1") or in a plain sleep; best of 5 blocks of 200 beats."""
+    import threading
+    from earlylog.runtime import retries
+    ready = threading.Barrier(int(threads) + 1)
+
+    def sleeper():
+        try:
+            if handling == "1":
+                raise ConnectionRefusedError(111, "Connection refused")
+            ready.wait()
+            time.sleep(60)
+        except ConnectionRefusedError:
+            ready.wait()
+            time.sleep(60)
+    for _ in range(int(threads)):
+        threading.Thread(target=sleeper, daemon=True).start()
+    ready.wait()
+    _result(result, _best(lambda n: [retries.beat(dict, 10.0) for _ in range(n)], 200))
+
+
 if __name__ == "__main__":
     scenario = {"torch": torch_loop, "logline": log_line, "print": prints, "busy": busy, "idle": idle,
-                "stall": stall, "forks": forks}[sys.argv[1]]
+                "heartbeat": heartbeat, "idle-threads": idle_threads,
+                "stall": stall, "forks": forks, "audit": audit, "retries": retry_beat}[sys.argv[1]]
     scenario(*sys.argv[2:])

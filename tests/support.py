@@ -164,6 +164,16 @@ def start(args, logdir, program=PYTHON, cwd=None, **env):
                             start_new_session=True, cwd=cwd)
 
 
+def reports_when(logdir, procs, ready):
+    """(the JSON report, the text report) of logdir once ready() holds; then every process's tree is killed."""
+    try:
+        wait_for(ready)
+        return report_json(logdir), earlylog("report", logdir).stdout
+    finally:
+        for proc in procs:
+            kill_tree(proc)
+
+
 def kill_tree(proc):
     try:
         os.killpg(proc.pid, signal.SIGKILL)

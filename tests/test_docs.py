@@ -71,3 +71,8 @@ def test_code_comments_point_at_sections_that_exist():
 
 def test_readme_fits_a_few_screens():
     assert len(text(README).splitlines()) <= 250
+
+
+def test_readme_stays_under_15000_characters():
+    # A user's README: internals (the layout, how things work) go to docs/.
+    assert len(text(README)) < 15000, "README.md is %d characters: move internals to docs/" % len(text(README))

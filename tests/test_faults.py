@@ -323,11 +323,13 @@ def test_the_interpreter_ends_only_once_no_thread_of_ours_is_inside_an_import(tm
     machine, with the watchdog thread importing its module. So the exit waits for our imports
     (threads.quiesce), and our threads read files through bare descriptors (threads.read)."""
     code = script(tmp_path, """
-        import time
+        import time, os
         from earlylog.runtime import threads
         def importing():  # stands for a thread of ours importing a module as the program ends
             threads.gated(time.sleep, 0.4)
-            print("import done", flush=True)
+            # os.write, not print: a daemon thread killed at shutdown inside print() holds stdout's
+            # lock, and flushing stdout then aborts the process (CPython's own daemon-thread race).
+            os.write(1, b"import done\\n")
         threads.start("earlylog-test", importing)
         time.sleep(0.05)
     """)

@@ -10,7 +10,10 @@ does not come back, or comes back with the run without earlylog ending otherwise
 time, is printed as a warning, not failed on, because a loaded 2-core machine makes a few of
 CPython's timing tests flaky either way. The only lasting differences allowed are INHERENT,
 each explained in docs/host-differences.md. An interpreter without the `test` package skips.
+The `newer` group runs under a newer CPython (pyenv's 3.13 or 3.12) that has no earlylog installed:
+both its runs get `earlylog env`'s PYTHONPATH, and only the second EARLYLOG=1.
 """
+import glob
 import json
 import os
 import re
@@ -36,12 +39,25 @@ FORKSERVER = "test_multiprocessing_forkserver"
 # Longest file first in each group, so the parallel workers finish together.
 GROUPS = {
     "processes": ["test_signal", "test_subprocess", "test_faulthandler", "test_pty", "test_os"],
-    "interpreter": ["test_threading", "test_importlib", "test_sys", "test_traceback", "test_warnings",
-                    "test_import", "test_site", "test_atexit"],
+    "interpreter": ["test_threading", "test_importlib", "test_sys", "test_cmd_line", "test_traceback",
+                    "test_warnings", "test_import", "test_site", "test_atexit", "test_code_module"],
     "io": ["test_io", "test_logging"],
     "asyncio": ["test_asyncio.test_events", "test_asyncio.test_subprocess"],
     "multiprocessing": [FORKSERVER],
+    # Run by a newer CPython (pyenv's 3.13, else 3.12), not the test's own interpreter: its REPL
+    # (pyrepl on 3.13), code.py and threading differ (see NEWER_PYTHONS).
+    "newer": ["test_threading", "test_pyrepl", "test_sys", "test_repl", "test_pty", "test_code_module",
+              "test_atexit"],
 }
+NEWER = "newer"
+# Where the newer group's interpreter is looked for, first found wins; EARLYLOG_HOST_PYTHON names
+# another. earlylog is not installed there: both runs put `earlylog env`'s runtime copy on
+# PYTHONPATH (its documented activation), and only the second sets EARLYLOG=1.
+NEWER_PYTHONS = ["~/.pyenv/versions/3.13*/bin/python3", "~/.pyenv/versions/3.12*/bin/python3"]
+JOBS_NEWER = 2
+NEWER_RESOURCES = RESOURCES.replace(",-curses", "")  # test_pyrepl runs only with the curses resource
+# In the newer group, files that only some versions have (test_pyrepl: 3.13+) are left out where missing.
+OPTIONAL = {"test_pyrepl"}
 
 # The differences earlylog cannot avoid while it is in the process (docs/host-differences.md says
 # why for each): reason -> the test ids it explains.
@@ -53,6 +69,10 @@ INHERENT = {
     "a child of fork() gets earlylog's watchdog thread at once: sys._current_frames() in the child "
     "lists it as soon as it has run (on a loaded machine, before the child's first lines)": [
         "test.test_threading.ThreadJoinOnShutdown.test_clear_threads_states_after_fork",
+    ],
+    "stdout and stderr are live (write-through on a pipe, EARLYLOG_LIVE=0 keeps Python's "
+    "buffering), so a program that prints their buffering flags sees True": [
+        "test.test_cmd_line.CmdLineTest.test_non_interactive_output_buffering",
     ],
     "faulthandler's dump of all threads, which the program asks for, lists earlylog's watchdog "
     "thread too": ["test.test_faulthandler.FaultHandlerTests." + name for name in (
@@ -88,32 +108,66 @@ PROGRESS = re.compile(r"^\d+:\d\d:\d\d (?:load avg: [\d.]+ )?\[ *\d+/\d+(?:/\d+)
 DURATION = re.compile(r" \((?:[\d.]+ (?:hour|min|sec|ms) ?)+\)")
 
 
-def interpreter_has(modules):
+def newer_python():
+    """The newer group's interpreter, or None."""
+    named = os.environ.get("EARLYLOG_HOST_PYTHON")
+    if named:
+        return named
+    for pattern in NEWER_PYTHONS:
+        found = sorted(glob.glob(os.path.expanduser(pattern)), key=_version_key, reverse=True)
+        if found:
+            return found[0]
+    return None
+
+
+def _version_key(path):
+    return [int(n) if n.isdigit() else 0 for n in re.split(r"[./]", path.split("versions/")[-1].split("/")[0])]
+
+
+def activation(workdir):
+    """{PYTHONPATH: ...}: `earlylog env`'s runtime copy (written under workdir), for both runs of
+    the newer group; EARLYLOG itself is left to the run that has earlylog on."""
+    proc = subprocess.run([PYTHON, "-m", "earlylog", "env", "--json"], capture_output=True, timeout=60,
+                          check=True, env=clean_env(XDG_CACHE_HOME=os.path.join(workdir, "cache")))
+    return {"PYTHONPATH": json.loads(proc.stdout)["PYTHONPATH"]}
+
+
+def interpreter_has(modules, python=PYTHON):
     """{module: True/False}: what the interpreter under test can import, asked with earlylog off."""
     code = ("import importlib.util, json, sys\n"
             "def has(name):\n"
             "    try:\n        return importlib.util.find_spec(name) is not None\n"
             "    except ImportError:\n        return False\n"
             "print(json.dumps({name: has(name) for name in sys.argv[1:]}))")
-    proc = subprocess.run([PYTHON, "-c", code] + list(modules), env=clean_env(), capture_output=True,
+    proc = subprocess.run([python, "-c", code] + list(modules), env=clean_env(), capture_output=True,
                           timeout=60, check=True)
     return json.loads(proc.stdout)
 
 
-def selection(group, workdir):
+class Host:
+    """The interpreter a group runs under, its -j, and the variables both its runs get."""
+
+    def __init__(self, python=PYTHON, jobs=JOBS, extra=None, resources=RESOURCES):
+        self.python, self.jobs, self.extra, self.resources = python, jobs, extra or {}, resources
+
+
+def selection(group, workdir, python=PYTHON):
     """(regrtest options, test file names) for the group, or a sentence saying why it cannot run."""
     names = GROUPS[group]
-    has = interpreter_has(["test.libregrtest", "test._test_multiprocessing"] + ["test." + n for n in names])
+    has = interpreter_has(["test.libregrtest", "test._test_multiprocessing"] + ["test." + n for n in names],
+                          python)
     if not has["test.libregrtest"]:
-        return "%s has no `test` package (CPython's regression tests): nothing to compare" % PYTHON
+        return "%s has no `test` package (CPython's regression tests): nothing to compare" % python
+    if group == NEWER:
+        names = [n for n in names if has["test." + n] or n not in OPTIONAL]
     if FORKSERVER in names and not has["test." + FORKSERVER]:
         if not has["test._test_multiprocessing"]:
-            return "%s has neither test.%s nor test._test_multiprocessing" % (PYTHON, FORKSERVER)
+            return "%s has neither test.%s nor test._test_multiprocessing" % (python, FORKSERVER)
         return (["--testdir", write_forkserver_package(workdir)],
                 ["%s.%s" % (FORKSERVER, n[:-3]) for n in sorted(FORKSERVER_PACKAGE) if n != "__init__.py"])
     missing = [n for n in names if not has["test." + n]]
     if missing:
-        return "%s lacks %s in its `test` package" % (PYTHON, ", ".join(missing))
+        return "%s lacks %s in its `test` package" % (python, ", ".join(missing))
     return [], names
 
 
@@ -140,12 +194,12 @@ class Run:
         self.logdir = logdir
 
 
-def regrtest(options, names, folder, enabled, match=None):
+def regrtest(host, options, names, folder, enabled, match=None):
     """Run regrtest on names in folder (its cwd and TMPDIR), earlylog on or off; return a Run."""
     tmp = os.path.join(folder, "tmp")
     os.makedirs(tmp)
     xml_path, logdir = os.path.join(folder, "junit.xml"), os.path.join(folder, "logs")
-    command = [PYTHON, "-m", "test", "-j%d" % JOBS, "--timeout", str(FILE_TIMEOUT), "-u", RESOURCES,
+    command = [host.python, "-m", "test", "-j%d" % host.jobs, "--timeout", str(FILE_TIMEOUT), "-u", host.resources,
                "--junit-xml", xml_path] + options
     if match:  # before --ignore: a test that no pattern names is left out only when a match comes first
         with open(os.path.join(folder, "match.txt"), "w") as f:
@@ -154,7 +208,7 @@ def regrtest(options, names, folder, enabled, match=None):
     for pattern in IGNORED:
         command += ["--ignore", pattern]
     marker = uuid.uuid4().hex
-    extra = {"TMPDIR": tmp, "HOST_SUITE_RUN": marker}
+    extra = dict(host.extra, TMPDIR=tmp, HOST_SUITE_RUN=marker)
     if enabled:
         extra.update(EARLYLOG="1", EARLYLOG_DIR=logdir)
     # A shell's background job ignores SIGINT and exec keeps that, so CPython's KeyboardInterrupt
@@ -239,7 +293,7 @@ def file_of(test_id, names):
     return next((n for n in names if test_id.startswith(("test.%s." % n, "%s." % n))), None)
 
 
-def confirmed(options, names, workdir, found):
+def confirmed(host, options, names, workdir, found):
     """The differences that come back when their files run again, off and on, with just the
     differing cases (all of a file that crashed, timed out or changed its environment)."""
     whole = {name for name, _, _ in found if name in names}
@@ -247,8 +301,8 @@ def confirmed(options, names, workdir, found):
     patterns = {"*%s.*" % n for n in whole} | {
         name for name, _, _ in found if name not in names and file_of(name, names) not in whole}
     rerun = sorted(whole | {file_of(name, names) for name, _, _ in found} - {None})
-    off = regrtest(options, rerun, os.path.join(workdir, "off-again"), enabled=False, match=patterns)
-    on = regrtest(options, rerun, os.path.join(workdir, "on-again"), enabled=True, match=patterns)
+    off = regrtest(host, options, rerun, os.path.join(workdir, "off-again"), enabled=False, match=patterns)
+    on = regrtest(host, options, rerun, os.path.join(workdir, "on-again"), enabled=True, match=patterns)
     # Confirmed: it differs again, and the run without earlylog ended as it did the first time (a
     # case that passes in one run off and skips in the next is the case's own race).
     again = {name: off_again for name, off_again, _ in differences(off, on, rerun)}
@@ -270,21 +324,28 @@ def table(rows):
 @pytest.mark.parametrize("group", sorted(GROUPS))
 def test_cpython_suite_same_results(group):
     workdir = tempfile.mkdtemp(prefix="earlylog-cpython-")  # short: AF_UNIX paths live under it
-    chosen = selection(group, workdir)
+    host = Host()
+    if group == NEWER:
+        python = newer_python()
+        if python is None:
+            shutil.rmtree(workdir)
+            pytest.skip("no newer CPython found (%s); EARLYLOG_HOST_PYTHON names one" % ", ".join(NEWER_PYTHONS))
+        host = Host(python, JOBS_NEWER, activation(workdir), NEWER_RESOURCES)
+    chosen = selection(group, workdir, host.python)
     if isinstance(chosen, str):
         shutil.rmtree(workdir)
         pytest.skip(chosen)
     options, names = chosen
-    off = regrtest(options, names, os.path.join(workdir, "off"), enabled=False)
-    on = regrtest(options, names, os.path.join(workdir, "on"), enabled=True)
+    off = regrtest(host, options, names, os.path.join(workdir, "off"), enabled=False)
+    on = regrtest(host, options, names, os.path.join(workdir, "on"), enabled=True)
     assert off.cases, "regrtest reported no test cases:\n" + off.output[-3000:]
     logs = os.listdir(on.logdir) if os.path.isdir(on.logdir) else []
     assert [n for n in logs if n.endswith("-test.log")], "earlylog did not start in regrtest"
     assert not [n for n in os.listdir(os.path.join(workdir, "off", "tmp")) if n.startswith("earlylog")]
     found = differences(off, on, names)
     if found:
-        found = confirmed(options, names, workdir, found)
+        found = confirmed(host, options, names, workdir, found)
     if found:
-        pytest.fail("CPython's %s tests end differently with EARLYLOG=1 (runs kept in %s):\n%s"
-                    % (group, workdir, table(found)), pytrace=False)
+        pytest.fail("CPython's %s tests (%s) end differently with EARLYLOG=1 (runs kept in %s):\n%s"
+                    % (group, host.python, workdir, table(found)), pytrace=False)
     shutil.rmtree(workdir)

@@ -1,7 +1,8 @@
 """A cause: the judged report's evidence turned into one sentence that says what is wrong, shows
 the evidence (thread, frame, pid) and gives the next step. Thread-level causes (locks, joins,
-exits, dead threads, the GIL, crashes) live in thread_causes.py, process-level ones (children,
-pipes, stdin, sockets, pools) in process_causes.py; verdict.py gathers and orders them. Also the
+exits, dead threads, the GIL, crashes) live in thread_causes.py, asyncio's (a blocked loop, a
+dead task) in async_causes.py, process-level ones (children, pipes, stdin, sockets, pools) in
+process_causes.py; verdict.py gathers and orders them. Also the
 words every cause uses for a process and a duration."""
 
 

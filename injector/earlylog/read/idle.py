@@ -126,6 +126,18 @@ def by_title(title):
     return "waiting for tasks (its title is %s)" % title if title in _IDLE_TITLES else None
 
 
+def at_terminal(notes):
+    """`waiting for input at the terminal (the pdb prompt)` for a thread whose person answers a
+    prompt there (runtime/terminal.py), read from its `terminal:` note, or from the stall line for
+    the interactive prompt, which has no Python stack; else None."""
+    for note in notes:
+        if note.startswith("terminal: "):
+            return note[len("terminal: "):]
+        if "; waiting for input at the terminal (" in note:
+            return "waiting for input at the terminal (%s)" % note.partition("at the terminal (")[2].partition(")")[0]
+    return None
+
+
 def _exiting(t):
     """The main thread at interpreter exit, waiting for the program's other threads: they decide."""
     return bool(t.frames) and t.frames[0][2] == "_shutdown" and is_file(t.frames[0][0], "threading.py")
@@ -133,6 +145,9 @@ def _exiting(t):
 
 def _thread(t):
     frames = t.frames
+    person = at_terminal(t.notes)
+    if person:
+        return person
     if not frames or _in_task(frames):
         return None
     if greenlets.in_hub(frames):  # gevent's hub: its greenlets wait, or do not, for work

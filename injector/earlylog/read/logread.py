@@ -19,6 +19,12 @@ _EXIT = re.compile(r"status (-?\d+)")
 _UNRECORDED = ("start-up failed", "hooks failed")  # earlylog's own failures that lose the exit record
 _EXIT_CALL = re.compile(r"; ((?:sys\.exit|exit|os\._exit|raise SystemExit)\(.*\)(?: in \S+ at [^;]*?:\d+)?"
                         r"|python could not open the script [^;]*)(?:; |$)")  # `sys.exit(3) in main at a.py:5`
+# Who called os._exit when the program's own code did (`; from thread loader while the main thread was
+# in main at a.py:9`, `; from the main thread`), and a failed last flush of the output (status 120).
+_EXIT_FROM = re.compile(r"; from (thread .+?|the main thread)(?: while the main thread was in (.+?:\d+))?(?:; |$)")
+_EXIT_FLUSH = re.compile(r"; flushing (stdout|stderr) at exit failed \((\w+)\)(; the reader of its \w+ went away)?")
+# A thread failing again and again between sleeps (runtime/retries.py).
+_RETRYING = re.compile(r"^retrying: thread (.+?): (\d+) failures seen in the last ([\d.]+) s; handling (.+)$")
 _OWN_AT = re.compile(r"earlylog \d+(?:\.\d+)+ at (/.*?), Python ")
 # This reader's own package folder; each log's start line names the folder of the copy that wrote it.
 OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,12 +34,19 @@ _IDENT = re.compile(r"\bident (0x[0-9a-f]+)|^(?:Current thread|Thread) (0x[0-9a-
 _REPEATED = re.compile(r"^\[Previous line repeated (\d+) more times?\]$")
 _THREAD_DIED = re.compile(r"^in thread (.+?): (\S.*)$")
 _TIMEOUT = re.compile(r"^Timeout \((\d+):(\d\d):(\d\d(?:\.\d+)?)\)!")
+# A stall the watchdog tells while other threads print (runtime/stuck.py): not ended by output.
+_NO_PROGRESS = re.compile(r"^(?:no training step|thread .+? made no progress) for (\d+(?:\.\d+)?) s")
 _STALL_AFTER = re.compile(r"^watchdog: stacks after (\d+(?:\.\d+)?) s of silence")
 _START = re.compile(r"^pid \d+ \(parent (\d+)\) (.*); log (.*) \(via ")
 _GRANDPARENT = re.compile(r"\(via [^;]*\); grandparent (\d+)")
 _FORK_THREADS = re.compile(r"^fork\(\) while (\d+) other threads? runs? \((.*?)\): ")
 _PLACE = re.compile(r"; distributed ((?:\w+=\S+ ?)+)$")
 _TITLE = "process title: "
+# asyncio's own report of a task freed with an exception nobody retrieved, on stderr: this line,
+# then `future: <Task finished name='Task-2' coro=<producer() done, ...> exception=ValueError(...)>`
+# and the task's traceback (a task the program kept no reference to is freed as it fails).
+_UNRETRIEVED = "Task exception was never retrieved"
+_FUTURE = re.compile(r"^future: <Task finished name='(.*?)' coro=<(\S+?)\(\) done\b.*? exception=(.*)>$")
 _TASK = re.compile(r"^    task \S+: ")  # a pending asyncio task's await chain, under its thread
 # A supervisor's own words, in a process's output, that it killed another process by pid: who killed,
 # and the pattern (one group: the pid). Ray's memory monitor names the worker it killed in the
@@ -50,6 +63,7 @@ MAX_BLOCK = 600         # continuation lines kept per event (a dump of 40 thread
 _HEAD = 100             # of which the first: a traceback's outermost frames, a dump's first threads
 MAX_KEPT = 30           # warnings and closed phases kept per process (the newest)
 # Kinds that are the process itself doing something; the watchdog's own lines are not.
+HANDLED = "handled "  # an `exception` line the process went on after (runtime/hooks.py)
 LIFE = ("start", "exit", "exception", "phase", "out", "err", "mark", "fork", "probe")
 _RAW_KINDS = ("fatal", "gil", "signal")
 
@@ -68,6 +82,9 @@ class Proc:
         self.files = []
         self.first = self.last = self.activity = None
         self.exit_status = self.exit_time = self.exit_call = None
+        self.retrying = {}      # thread name -> {"time", "count", "address", "seconds", "handling"}, the newest
+        self.exit_from = None   # (`thread loader` or `the main thread`, where the main thread was or None)
+        self.exit_flush = None  # (stream, error, whether its reader went away): the last flush failed (120)
         self.exception = None   # Raised
         self.repeated = 0       # that traceback's "[Previous line repeated N more times]", summed
         self.deaths = []        # Died: threads that ended with an exception
@@ -84,11 +101,14 @@ class Proc:
         self.warnings = []
         self.unrecorded = None  # earlylog's own failure that leaves the process with no exit record
         self.output = None      # the last line the program printed: (time, text), from `out:`/`err:`
+        self.stdout = None      # ... of which the last on stdout
         # The last traceback the program printed on its stderr (Raised), and one being read: a
         # multiprocessing child reports its error that way and ends by os._exit(1), with no
         # `exception:` record of ours.
         self.printed = None
         self.printing = None    # a Block
+        self.task_deaths = []   # TaskDied: asyncio's "Task exception was never retrieved" reports
+        self.unretrieved = None  # one being read: [time, name, coroutine, exception, traceback before]
         self.block = None       # the Block whose `| ` lines are being read
 
     @property
@@ -106,6 +126,9 @@ class Proc:
 Raised = namedtuple("Raised", "text frames cut")  # cut: lines of its traceback not kept
 # A thread that ended with an exception (`exception: in thread NAME: ...`): name, what, where, when.
 Died = namedtuple("Died", "thread text frames time")
+# An asyncio task freed with an exception nobody retrieved: its name, coroutine function, exception
+# (`ValueError('bad row')`), traceback frames (innermost first) and when asyncio said so.
+TaskDied = namedtuple("TaskDied", "task coro text frames time")
 # A signal's stack (faulthandler's bare block at SIGTERM): what happened, when, which threads.
 Signalled = namedtuple("Signalled", "text time threads after_exit")  # after_exit: it came after the exit record
 
@@ -347,6 +370,9 @@ def _line(folder, path, state, line):
     # The phase reminder's `waiting X: still waiting` line is the watchdog's kind: no sign of life.
     if kind in LIFE and when is not None and not (kind == "phase" and record["msg"].startswith("waiting ")):
         p.activity = when
+        if p.stall is not None and p.stall.get("resumed") is None and p.stall["time"] is not None and \
+                when >= p.stall["time"]:
+            p.stall["resumed"] = when  # its wait ended then: a child it waited for ended about then
         if kind not in ("start", "probe") and not (kind == "phase" and record["msg"].split(" ", 2)[1:2] == ["import"]):
             p.starting = False
     _event(folder, p, kind, when, record["msg"])
@@ -355,8 +381,11 @@ def _line(folder, path, state, line):
 def _event(folder, p, kind, when, text):
     if kind in ("out", "err"):
         p.output = (when, text)
+        if kind == "out":
+            p.stdout = p.output
         if kind == "err":
             _printed_traceback(p, text)
+            _unretrieved(p, when, text)
         if "pid" in text:
             _kill_notice(folder, p, text)
     elif kind == "start":
@@ -385,7 +414,11 @@ def _event(folder, p, kind, when, text):
         p.exit_status = int(m.group(1)) if m else None
         p.exit_time = when
         how = _EXIT_CALL.search(text)
-        p.exit_call = how.group(1) if how else None
+        p.exit_call = how.group(1) if how else p.exit_call  # a later 120 record keeps the call
+        by = _EXIT_FROM.search(text)
+        p.exit_from = (by.group(1), by.group(2)) if by else p.exit_from
+        flush = _EXIT_FLUSH.search(text)
+        p.exit_flush = (flush.group(1), flush.group(2), bool(flush.group(3))) if flush else None
     elif kind in ("exception", "stall", "dump", "signal", "fatal"):
         p.block = Block(kind, when, text)
     elif kind == "phase":
@@ -397,6 +430,11 @@ def _event(folder, p, kind, when, text):
         p.mem[1:] = [text] if p.mem else []
         if not p.mem:
             p.mem.append(text)
+    elif kind == "note" and text.startswith("retrying: "):
+        m = _RETRYING.match(text)
+        if m:
+            p.retrying[m.group(1)] = {"time": when, "count": int(m.group(2)), "seconds": float(m.group(3)),
+                                      "handling": m.group(4)}
     elif kind == "note" and text.startswith(_TITLE):
         p.title = text[len(_TITLE):].strip() or None
     elif kind == "note" and text.startswith("watchdog: stacks after "):
@@ -475,6 +513,25 @@ def _printed_traceback(p, line):
         p.printing = None
 
 
+def _unretrieved(p, when, line):
+    """Follow asyncio's "Task exception was never retrieved" report: its `future:` line names the
+    task, and the traceback after it (read by _printed_traceback) is where the task died."""
+    seen = p.unretrieved
+    if line == _UNRETRIEVED:
+        p.unretrieved = [when, None, None, None, p.printed]
+    elif seen is not None and seen[1] is None:
+        m = _FUTURE.match(line)
+        if m:
+            seen[1:4] = m.groups()
+        else:
+            p.unretrieved = None
+    elif seen is not None and p.printing is None:
+        if p.printed is not seen[4]:
+            died = TaskDied(seen[1], seen[2], seen[3], p.printed.frames, seen[0])
+            p.task_deaths = (p.task_deaths + [died])[-MAX_KEPT:]
+        p.unretrieved = None
+
+
 def _raised(text, threads, cut):
     """The exception a traceback ends with: of a chained exception's tracebacks, the last is the
     one raised."""
@@ -487,6 +544,8 @@ def _close_block(p):
         return
     kind, when, text, lines = block.kind, block.time, block.text, block.lines
     threads = _without_own_frames(p, parse_threads(lines))
+    if kind == "exception" and text.startswith(HANDLED):
+        return  # the interactive prompt (or the program) went on after it: not how the process ended
     if kind == "exception":
         p.exception = _raised(text, threads, block.cut)
         frames = p.exception.frames
@@ -521,6 +580,11 @@ def _stall(p, when, text):
         # stacks of the stall before, rather than none.
         earlier = p.stall["threads"] if p.stall is not None and p.stall["over"] is None else []
         p.stall = {"time": when, "text": text, "threads": earlier, "over": None, "dumped": False}
+        m = _NO_PROGRESS.match(text)
+        if m and when is not None:
+            # Output goes on during such a stall: only its `over` line ends it; it began
+            # `seconds` before its line (the last step, or the thread's last move).
+            p.stall["noisy"], p.stall["since"] = True, when - float(m.group(1))
 
 
 def _gil(p, when, text, threads):

@@ -54,7 +54,8 @@ def find(report, folder):
                 if cause is not None:
                     found.append(cause)
                     told.add(frozenset(cause.pids[:2]))
-    return found + _orphans(report["processes"], procs)
+    return _killed_children(report["processes"], procs) + _retries(report["processes"]) + found + \
+        _orphans(report["processes"], procs)
 
 
 def _orphans(processes, procs):
@@ -84,6 +85,86 @@ def _orphans(processes, procs):
             it, " ".join(str(k["pid"]) for k in kids), how)
         found.append(Cause("orphan", text, next_step, [k["pid"] for k in kids] + [parent["pid"]]))
     return found
+
+
+def _killed_children(processes, procs):
+    """A child killed by a signal while its parent waited for it (verdict.py sets `waited_by`): the
+    child, the signal, when, and the parent's waiting frame; then what the parent did without it."""
+    found = []
+    for d in processes:
+        w = d["waited_by"]
+        if not w:
+            continue
+        parent = procs.get((d["host"], w["pid"]))
+        if w["until"]:
+            when = " at %s" % time.strftime("%H:%M:%S", time.localtime(w["until"]))
+        elif d["last_seen"]:
+            when = " after %s (its last sign of life)" % time.strftime("%H:%M:%S", time.localtime(d["last_seen"]))
+        else:
+            when = ""
+        how = "the OOM killer or kill -9" if w["signal"] == "SIGKILL" else "kill, a scheduler or a supervisor"
+        at = where(frame_tuple(w["frame"])) + (" (%s)" % w["code"] if w["code"] else "")
+        text = "child pid %d (%s) was killed by %s (%s)%s while pid %d (%s) waited for it in %s%s" % (
+            d["pid"], w["command"] or d["tag"], w["signal"], how, when, w["pid"], parent["tag"] if parent else "?",
+            at, "" if w["thread"] == "MainThread" else ", thread " + w["thread"])
+        if parent is not None and parent["state"] == "exited":
+            text += "; pid %d then exited with status 0 all the same, without the child's work" % w["pid"]
+        elif parent is not None and parent["state"] == "failed":
+            text += "; pid %d then failed (its own line follows)" % w["pid"]
+        elif parent is not None and parent["state"] == "stalled":
+            text += "; pid %d still waits" % w["pid"]
+        mem = d["memory"] or {}
+        seen = " (its own last memory line: %s)" % mem["last"].partition(";")[0] if mem.get("last") else ""
+        next_step = ("find what killed it: `dmesg -T | grep -i -e oom -e 'killed process'` (or `journalctl -k`) on "
+                     "that host lists the OOM killer's kills%s; with none there, a person or a scheduler (a job's "
+                     "time or memory limit) sent %s" % (seen, w["signal"]))
+        if parent is None or parent["state"] != "failed":
+            next_step += "; and have the parent check the child's status (%s) so that the run fails loudly " \
+                         "instead of going on without the child's work" % _status_check(w["call"])
+        found.append(Cause("child-killed", text, next_step, [d["pid"], w["pid"]], [w["thread"]]))
+    return found
+
+
+def _retries(processes):
+    """A thread that keeps failing an operation and sleeping between tries (verdict.py sets
+    `retrying` from the runtime's audit notes): what fails, how often, where, and what to check."""
+    found = []
+    for d in processes:
+        r = d["retrying"]
+        if not r:
+            continue
+        place = r["raised_in"] or where(frame_tuple(r["frame"]))
+        thread = "" if r["thread"] == "MainThread" else ", thread " + r["thread"]
+        what = "connecting to %s (%s)" % (r["address"], r["error"]) if r["address"] else "with %s" % r["error"]
+        if r["count"]:
+            text = "%s is retrying: %d failures %s seen in the last %s, in %s%s; it sleeps between tries, so it " \
+                   "looks idle, and the call never succeeds" % (
+                       label(d), r["count"], what, secs(r["seconds"]), place, thread)
+        else:
+            text = "%s is retrying: it sleeps between tries after a failure %s, raised in %s%s" % (
+                label(d), what, place, thread)
+        target = r["address"] or "the server it calls"
+        if r["error"] == "ConnectionRefusedError":
+            why = "nothing listens on %s: start the server there (or find in its own log why it is not up), and " \
+                  "check the host and port this program was given" % target
+        elif "Timeout" in r["error"] or r["error"] in ("timeout", "socket.timeout"):
+            why = "nothing answers at %s: the host is down, the address is wrong, or a firewall drops the packets " \
+                  "(`nc -vz HOST PORT` from this host tells)" % target
+        else:
+            why = "fix what makes the call fail (%s)" % r["error"]
+        next_step = why + "; and give the retry loop a limit (a number of tries or a deadline) so that it fails " \
+                          "with the error instead of waiting forever"
+        found.append(Cause("retrying", text, next_step, [d["pid"]], [r["thread"]]))
+    return found
+
+
+def _status_check(call):
+    """How the parent's wait tells a child killed by a signal."""
+    if call and "join" in call:
+        return "`process.exitcode` is negative: -9 for SIGKILL"
+    if call and call.startswith("subprocess.") and call not in ("subprocess.wait", "subprocess.communicate"):
+        return "`%s(..., check=True)` raises for it" % call
+    return "`proc.wait()` returns -9 for SIGKILL"
 
 
 def _stuck_at_end(d):
@@ -308,12 +389,18 @@ def _child_died(seen, told):
     if not lost or any(k["end"] is None for k in kids) or frozenset((seen.d["pid"], lost[0]["pid"])) in told:
         return None
     k = lost[0]
+    what, fix = k["summary"], "fix what ended child %d (`earlylog report --stacks` shows its error)" % k["pid"]
+    if k["state"] == "vanished":  # no exit record: nothing but SIGKILL ends a process so
+        what = "was killed by SIGKILL (the OOM killer or kill -9) after %s, its last sign of life%s" % (
+            time.strftime("%H:%M:%S", time.localtime(k["last_seen"])) if k["last_seen"] else "its start",
+            ", in " + where(frame_tuple(k["where"])) if k["where"] else "")
+        fix = "find what killed child %d: `dmesg -T | grep -i -e oom -e 'killed process'` (or `journalctl -k`) " \
+              "on that host lists the OOM killer's kills; with none there, a person or a scheduler sent it" % k["pid"]
     text = ("%s %s (%s) for data from its child processes, but none is left to send it: child pid %d "
-            "(%s) %s%s" % (seen.who, seen.waits, seen.at, k["pid"], k["tag"], k["summary"],
+            "(%s) %s%s" % (seen.who, seen.waits, seen.at, k["pid"], k["tag"], what,
                            " (%d children ended in trouble)" % len(lost) if len(lost) > 1 else ""))
-    next_step = ("fix what ended child %d (`earlylog report --stacks` shows its error); a multiprocessing queue "
-                 "or pipe is not told when its writer dies, so read with a timeout (`q.get(timeout=...)`, "
-                 "`conn.poll(timeout)`) and check `process.exitcode` between tries" % k["pid"])
+    next_step = ("%s; a multiprocessing queue or pipe is not told when its writer dies, so read with a timeout "
+                 "(`q.get(timeout=...)`, `conn.poll(timeout)`) and check `process.exitcode` between tries" % fix)
     return seen.cause("child-died", text, next_step, [seen.d["pid"]] + [x["pid"] for x in lost])
 
 

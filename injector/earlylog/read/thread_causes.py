@@ -340,6 +340,9 @@ def _deaths(d, p, threads):
         gap = since - death.time if None not in (since, death.time) else 0
         when += "%s before the process went silent" % secs(gap) if gap >= 0.1 else "just before the process went silent"
         waits = "in join for thread %s" % w.joins["name"] if w.joins else "for %s" % _waiting_on(w.wait)
+        if death.text.startswith("SystemExit"):
+            out.append(_thread_exit(d, death, frame, when, w, waits))
+            continue
         out.append(Cause("thread-died", "%s: thread %s died with %s in %s, %s; thread %s has waited since, %s at %s"
                          % (label(d), death.thread, first_line(death.text), frames.where(frame), when, w.name, waits,
                             _place(w.frame)),
@@ -348,6 +351,18 @@ def _deaths(d, p, threads):
                          % (death.text.partition(":")[0], frames.where(frame)),
                          [d["pid"]], [death.thread, w.name]))
     return out
+
+
+def _thread_exit(d, death, frame, when, w, waits):
+    """sys.exit() called in a thread: it ends only that thread (threading says nothing of it), and
+    the main thread waits for work the thread will never do."""
+    code = death.text.partition(":")[2].strip()
+    return Cause("thread-exit", "%s: thread %s called sys.exit(%s) in %s (%s): in a thread that ends only the "
+                 "thread, silently, not the process; thread %s has waited since, %s at %s" % (
+                     label(d), death.thread, code, frames.where(frame), when, w.name, waits, _place(w.frame)),
+                 "to end the program from a thread, tell the main thread (put a sentinel or the error on the queue, "
+                 "set an Event) and exit there; give the wait a timeout and check the thread's is_alive()",
+                 [d["pid"]], [death.thread, w.name])
 
 
 _UNFINISHED = re.compile(r"^join, (\d+) unfinished, 0 queued$")

@@ -7,11 +7,11 @@ import re
 import time
 
 from earlylog import __version__
-from earlylog.read import greenlets, idle, known, process_causes, thread_causes
+from earlylog.read import async_causes, greenlets, idle, known, process_causes, thread_causes
 from earlylog.read.causes import busy, first_line, label, secs
 from earlylog.read.frames import (call_name, frame_dict, frame_tuple, in_event_loop, library, task_chains, user_frame,
                                   where)
-from earlylog.runtime import identity
+from earlylog.runtime import identity, retries
 
 SCHEMA = 1
 TROUBLE = ("stalled", "crashed", "killed", "vanished", "failed")
@@ -42,6 +42,16 @@ def _alive(pid, first):
 
 def _main_thread(threads):
     return next((t for t in threads if t.main), threads[0] if threads else None)
+
+
+_STUCK = re.compile(r"(?:^|; )thread (.+?) made no progress for ")
+
+
+def _stuck_thread(stall):
+    """The thread a stall line names as the one that made no progress, else the main thread."""
+    m = _STUCK.search(stall["text"]) if stall.get("noisy") else None
+    named = next((t for t in stall["threads"] if m and t.name == m.group(1)), None)
+    return named or _main_thread(stall["threads"])
 
 
 def _thread_dict(t):
@@ -81,17 +91,19 @@ def _process(p, now, here):
          "end": None, "state": None, "status": p.exit_status, "summary": "", "where": None, "phase": None,
          "stall": None, "crash": None, "exception": None, "memory": _memory(p), "warnings": list(p.warnings),
          "phases": [{"name": e.name, "begin": e.begin, "end": e.end, "outcome": e.outcome} for e in p.phases + p.open],
-         "children": [], "earlylog": p.version}
+         "children": [], "waited_by": None, "retrying": None, "earlylog": p.version, "exit_call": p.exit_call, "exit_note": None, "exit_next": None}
     if p.open:
         d["phase"] = p.open[-1].name
     raised = _raised(p)
     if raised is not None:
         d["exception"] = {"text": raised.text, "frame": frame_dict(user_frame(raised.frames)),
                           "printed": raised is not p.exception}
+    # A stall told while other threads printed (a thread that made no progress, no training step)
+    # is not ended by their output: only by its `over` line.
     stalled_at_end = p.stall is not None and p.stall["over"] is None and \
-        (p.activity is None or p.stall["time"] is None or p.stall["time"] >= p.activity)
+        (p.stall.get("noisy") or p.activity is None or p.stall["time"] is None or p.stall["time"] >= p.activity)
     if stalled_at_end:
-        main = _main_thread(p.stall["threads"])
+        main = _stuck_thread(p.stall)
         d["stall"] = {"since": p.activity, "text": p.stall["text"], "threads": [_thread_dict(t) for t in p.stall["threads"]],
                       "main": _thread_dict(main) if main else None}
         d["where"] = frame_dict(user_frame(main.frames)) if main else None
@@ -149,7 +161,11 @@ def _idle(d, p):
     """A stall whose threads all wait for work (an event loop, serve_forever, a pool's queue, a
     sleep loop), or whose worker pool titles it idle (`ray::IDLE`), is idleness, not a hang: state
     `idle`, and the reason (see idle.py)."""
-    d["idle"] = idle.reason(p.stall["threads"]) or idle.by_title(p.title)
+    # A thread the watchdog saw make no progress on a partner, or no training step, is no idleness.
+    d["idle"] = None if p.stall.get("noisy") else (
+        idle.reason(p.stall["threads"]) or idle.by_title(p.title) or idle.at_terminal([p.stall["text"]]))
+    if d["idle"] and async_causes.orphaned(p):
+        d["idle"] = None  # a task died, and the others wait for what it would have produced
     if d["idle"] and d["state"] == "stalled":
         d["state"] = "idle"
     elif d["state"] == "stalled" and busy(p.stall["text"]):
@@ -177,7 +193,11 @@ def _exited(d, p):
     d["end"] = p.exit_time
     d["state"] = "exited" if p.exit_status == 0 else "failed"
     d["summary"] = "exited with status %d after %s" % (p.exit_status, _span(p.first, p.exit_time))
-    if d["exception"] is not None and p.exit_status != 0:
+    if p.exit_flush is not None:
+        _flush_failed(d, p)
+    elif p.exit_from is not None and p.exit_call and p.exit_call.startswith("os._exit(") and _os_exit(d, p):
+        d["summary"] += ": " + d["exit_note"]
+    elif d["exception"] is not None and p.exit_status != 0:
         d["where"] = d["exception"]["frame"]
         d["summary"] += ": %s in %s" % (first_line(d["exception"]["text"]), where(frame_tuple(d["where"])))
     elif p.exit_status != 0 and p.exit_call:
@@ -191,9 +211,44 @@ def _exited(d, p):
         d["summary"] += "; then it %s during its shutdown (its parent sees -15)" % p.signal.text
 
 
+def _os_exit(d, p):
+    """os._exit called by the program's own code, or from a thread other than the main one: the
+    process ended at once, and nothing it had left to do ran."""
+    by, main_at = p.exit_from
+    skipped = "without running finally blocks or atexit callbacks or flushing buffered output"
+    if by == "the main thread" and p.forked:
+        return  # a child made by os.fork() ends so on purpose: its parent's atexit and buffers are not its own
+    if by == "the main thread":
+        d["exit_note"] = "ended by %s: os._exit ends the process at once, %s" % (p.exit_call, skipped)
+        d["exit_next"] = "use sys.exit() unless skipping that clean-up is meant"
+        return True
+    d["exit_note"] = "ended by %s, called from %s%s: os._exit ends the whole process from any thread, at once, " \
+                     "%s, so the main thread's work stopped there" % (
+                         p.exit_call, by, " while the main thread was in " + main_at if main_at else "", skipped)
+    d["exit_next"] = "if that thread meant to end only itself, return from its function (or raise); to end the " \
+                     "program, tell the main thread (a threading.Event it checks) and let it exit with sys.exit()"
+    return True
+
+
+def _flush_failed(d, p):
+    """Status 120: the program ended, then the interpreter's last flush of its output failed."""
+    stream, error, gone = p.exit_flush
+    d["summary"] += ": the program ended, then flushing its %s at exit failed with %s" % (stream, error)
+    if gone:
+        d["summary"] += ": the reader of its output went away (`| head`, a closed terminal or GUI) before it " \
+                        "had read everything"
+        d["exit_next"] = known.next_step("BrokenPipeError") + "; to end quietly when the reader goes, " \
+            "`signal.signal(signal.SIGPIPE, signal.SIG_DFL)` at start"
+    last = p.stdout if stream == "stdout" else p.output
+    if last is not None:
+        d["summary"] += "; the last line it printed, at %s, was %r" % (
+            time.strftime("%H:%M:%S", time.localtime(last[0])) if last[0] else "an unknown time", last[1][:100])
+
+
 # An error that ended a part of a process that exits 0 all the same: the work of a thread that
 # died, or what an atexit callback was to save, is lost without a word in the exit status.
-_LOST_WORK = re.compile(r"in thread |unraisable: Exception ignored in atexit callback")
+# sys.exit() in a thread ends that thread alone, on purpose as a rule: only a wait for its work says otherwise.
+_LOST_WORK = re.compile(r"in thread .*?: (?!SystemExit\b)|unraisable: Exception ignored in atexit callback")
 
 
 def _lost_work(d):
@@ -219,11 +274,11 @@ def _stall_summary(d, p, now, local):
     """`stalled for 41 s in load at train.py:12 (phase X); blocked: ...`, as the summary of a
     process still stalled, or appended to how it ended."""
     upto = now if d["state"] in ("stalled", "idle", "busy") and local else p.last
-    silent = (upto or now) - (p.activity or p.first or now)
+    silent = (upto or now) - (p.stall.get("since") or p.activity or p.first or now)
     d["stall"]["seconds"] = round(silent, 1)
     main = d["stall"]["main"]
     place = where(frame_tuple(d["where"])) if main else "an unknown place (no stack was written)"
-    awaited = None if d["idle"] or not main else _awaited(_main_thread(p.stall["threads"]))
+    awaited = None if d["idle"] or not main else _awaited(_stuck_thread(p.stall))
     if awaited is not None:
         frame, waits = awaited
         place = "%s (%s)" % (where(frame), waits)
@@ -233,6 +288,12 @@ def _stall_summary(d, p, now, local):
         text = "idle for %s: %s, in %s" % (secs(silent), d["idle"], place)
     else:
         text = "%s for %s in %s" % ("busy" if d["state"] == "busy" else "stalled", secs(silent), place)
+        steps = _STEPS.match(p.stall["text"]) if p.stall.get("noisy") else None
+        if steps:  # `stalled: no training step for 41 s (steps came every ~0.2 s before; last step 5), in ...`
+            text = "%s: no training step for %s (%s), in %s" % (
+                "busy" if d["state"] == "busy" else "stalled", secs(silent), steps.group(1), place)
+        elif p.stall.get("noisy"):
+            text += ", while other threads kept printing (thread %s made no progress)" % main["name"]
         if d["phase"]:
             text += " (phase %s)" % d["phase"]
         if main and main["state"]:
@@ -240,6 +301,11 @@ def _stall_summary(d, p, now, local):
     d["stall"]["summary"] = text
     d["summary"] = text if d["state"] in ("stalled", "running", "idle", "busy") else \
         d["summary"] + "; it had " + ("been " if d["idle"] else "") + text
+
+
+# The training heartbeat's stall line (runtime/stuck.py): what came before the stall.
+_STEPS = re.compile(r"^no training step for \d+(?:\.\d+)? s \(((?:step|batch)s came every ~[\d.]+ s before; "
+                    r"last (?:step|batch) \d+)\)")
 
 
 def _awaited(main):
@@ -277,6 +343,9 @@ def judge(folder, now=None):
         if parent is not None and parent is not d:
             parent["children"].append(d["pid"])
     _killed_by_notice(out, folder.kills)
+    _killed_while_waited(out, by_key, procs)
+    for p, d in zip(procs, out):
+        _retrying(d, p)
     _stopped_at_end(out, by_key)
     _waited_on(out)
     _waits_on_working_children(out, by_key)
@@ -313,6 +382,96 @@ def _killed_by_notice(out, kills):
             "; next: " + _KILL_NEXT[who] if who in _KILL_NEXT else "")
 
 
+_RETRIES = re.compile(r"^retries: (\d+) failures seen in the last ([\d.]+) s$")
+# runtime/retries.py's words for an exception: `ConnectionRefusedError: [Errno 111] Connection refused,
+# raised in connect at client.py:14, connecting to 127.0.0.1:1`.
+_HANDLING = re.compile(r"^(?P<error>[\w.]+)(?:: (?P<text>.*?))?(?:, raised in (?P<raised>\S+ at \S+:\d+))?"
+                       r"(?:, connecting to (?P<target>\S+))?$")
+
+
+def _retrying(d, p):
+    """A thread that keeps failing and sleeping between tries is retrying, not idle (runtime/audit.py):
+    its last stall dump shows it sleeping while it handles an exception (with the connects it made),
+    or, as a retry loop that logs each failure is never silent, the runtime's `retrying:` notes
+    still came near the end of its log. A process that exited is past it."""
+    found = None
+    for t in (d["stall"] or {}).get("threads") or []:
+        notes = t["notes"]
+        handling = next((n[len("handling: "):] for n in notes if n.startswith("handling: ")), None)
+        counted = next((m for m in map(_RETRIES.match, notes) if m), None)
+        sleeping = (t["state"] or "").startswith("blocked: sleeping")
+        if handling and (sleeping or counted):  # a sleep inside an `except` block: a pause between tries
+            found = {"thread": t["name"], "handling": handling, "count": int(counted.group(1)) if counted else None,
+                     "seconds": float(counted.group(2)) if counted else None, "frame": t["frame"]}
+            break
+    newest = max(p.retrying.values(), key=lambda r: r["time"] or 0) if p.retrying else None
+    dumped_since = p.stall is not None and p.stall["time"] is not None and newest is not None and \
+        newest["time"] is not None and p.stall["time"] > newest["time"]  # a later dump shows no retry: over
+    if found is None and newest is not None and newest["time"] is not None and p.last is not None and \
+            not dumped_since and newest["time"] >= p.last - max(60.0, 2 * (p.stall_after or 30.0)):
+        found = dict(newest, thread=next(k for k, v in p.retrying.items() if v is newest), frame=None)
+    if found is None or p.exit_status is not None or p.crash is not None:
+        return
+    m = _HANDLING.match(found["handling"])
+    found["error"] = m.group("error") if m else found["handling"].partition(":")[0]
+    found["raised_in"] = m.group("raised") if m else None
+    found["address"] = m.group("target") if m else None
+    if retries.polling(found["error"], found["address"]):
+        return  # `except queue.Empty: time.sleep(1)`: a worker polling for work, idle
+    d["retrying"] = found
+    what = "connecting to %s (%s)" % (found["address"], found["error"]) if found["address"] else "with %s" % (
+        found["error"])
+    if found["count"]:
+        text = "retrying: %d failures %s seen in the last %s" % (found["count"], what, secs(found["seconds"]))
+    else:
+        text = "retrying: sleeping between tries after a failure %s" % what
+    text += " in " + (found["raised_in"] or where(frame_tuple(found["frame"])))
+    if d["state"] in ("idle", "running", "busy", "stalled"):
+        d["state"], d["idle"], d["summary"] = "stalled", None, text
+    else:
+        if d["idle"]:  # it was never idle: drop the stall's words for it
+            d["idle"], d["summary"] = None, d["summary"].partition("; it had been idle")[0]
+        d["summary"] += "; it was " + text
+
+
+_CHILD_WAIT = re.compile(r"^child: pid (\d+) \((.*?)\), state ")
+
+
+_BLOCKING_WAITS = ("blocked: waiting for a child process to exit", "blocked: waiting to read from")
+
+
+def _killed_while_waited(out, by_key, procs):
+    """A child that ended by a signal (SIGKILL leaves no exit record: vanished) while its parent's
+    last stall dump showed a thread waiting for it (`child: pid N` under Popen.wait(), run(),
+    join()): the parent's wait is where the loss shows, and the child was not let go by a
+    supervisor. The child's state becomes `killed`, `waited_by` names the wait (a cause tells it)."""
+    for p in procs:
+        parent = by_key.get((p.host, p.pid))
+        stall = p.stall
+        # The parent must have outlived the child: a run killed whole ends both at once (run-stopped).
+        if stall is None or parent is None or stall.get("resumed") is None and \
+                parent["state"] in ("vanished", "killed", "crashed", "unknown"):
+            continue
+        for t in stall["threads"]:
+            # A wait with no time limit (the kernel's do_wait, a pipe read): one with a timeout polls
+            # and sleeps, and its caller may kill the child itself when the time is up.
+            if not any(n.startswith(_BLOCKING_WAITS) for n in t.notes):
+                continue
+            for pid, command in ((int(m.group(1)), m.group(2)) for m in map(_CHILD_WAIT.match, t.notes) if m):
+                d = by_key.get((p.host, pid))  # the note says it was alive at that dump
+                if d is None or d["state"] not in ("vanished", "killed") or d["killed_by"] or d["waited_by"]:
+                    continue
+                frame = user_frame(t.frames)
+                code = t.code.get(t.frames.index(frame)) if frame in t.frames else None
+                d["waited_by"] = {"pid": p.pid, "thread": t.name, "frame": frame_dict(frame), "code": code,
+                                  "call": call_name(t.frames), "until": stall.get("resumed"), "command": command}
+                # No exit record: SIGKILL, which nothing can catch; a `killed` one wrote SIGTERM's stacks.
+                d["waited_by"]["signal"] = "SIGKILL" if d["state"] == "vanished" else "SIGTERM"
+                d["state"] = "killed"
+                d["summary"] = "killed by %s while pid %d (%s) waited for it in %s" % (
+                    d["waited_by"]["signal"], p.pid, parent["tag"] if parent else "?", where(frame))
+
+
 def _without_ids(text):
     """The words of a notice less its long hex ids: `(task name=f, pid=9, ...)` stays readable."""
     return re.sub(r"\(([^()]*)\)", lambda m: "(%s)" % ", ".join(
@@ -335,7 +494,7 @@ def _stopped_at_end(out, by_key):
     supervisor lived on, with no sign of memory pressure, was let go by that supervisor trimming its
     pool of workers (Ray ends idle workers, and prestarted ones it does not need, so)."""
     for d in out:  # oldest first: a supervisor is judged before what it started
-        if d["killed_by"]:
+        if d["killed_by"] or d["waited_by"]:
             continue
         if not (d["state"] in ("killed", "vanished") or (d["state"] == "failed" and d["status"] in _STOP_STATUSES)):
             continue
@@ -365,8 +524,9 @@ def _stopped_at_end(out, by_key):
                 d["state"] != "failed" and not _memory_pressure(d, out):
             waiting = d["idle"] or idle.by_title(d["title"])
             # A worker that showed nothing but its start-up may have died at its first task; its
-            # supervisor stuck waiting since says that it was not let go.
-            if waiting or (d["still_starting"] and not _stuck(d) and not _stuck(boss)):
+            # supervisor stuck waiting since says that it was not let go: a parent that waits (for
+            # a queue, a pipe) may wait for what this child would have sent.
+            if not _stuck(boss) and (waiting or d["still_starting"] and not _stuck(d)):
                 d["state"] = "terminated"
                 d["summary"] = "stopped while %s: %s while %s %d (%s) ran on, as a supervisor does when it lets a " \
                                "worker go" % ("idle (%s)" % waiting if waiting else "still starting", how, whose,
@@ -470,7 +630,7 @@ def _in_collective(d):
 def _causes(report, folder):
     """Every cause the evidence shows, thread-level first; one failing step costs only its own."""
     found = []
-    for module in (thread_causes, process_causes):
+    for module in (thread_causes, async_causes, process_causes):
         try:
             found.extend(module.find(report, folder))
         except Exception as exc:  # input nobody foresaw: say so, keep the rest of the report
@@ -492,6 +652,9 @@ def _verdict(out, by_key, causes):
     explained, stragglers = set(), set()
     # A run stopped as a whole is one cause, not one "likely SIGKILL" guess per process.
     stopped = {pid for c in causes if c["kind"] == "run-stopped" for pid in c["pids"]}
+    # A child killed while its parent waited is told by its cause (child-killed).
+    killed = {c["pids"][0] for c in causes if c["kind"] == "child-killed"}
+    explained.update(id(d) for d in out if d["waited_by"] and d["pid"] in killed)
     lines += _ranks(out, explained, stragglers)
     # A waiting process and what it waits for, already told (a run-level cause lists pids, not a pair).
     told = {frozenset(c["pids"][:2]) for c in causes if len(c["pids"]) > 1 and c["kind"] not in _RUN_CAUSES}
@@ -510,6 +673,9 @@ def _verdict(out, by_key, causes):
             lines.append(_vanished_cause(d, out))
     # Not trouble by its status, yet work was lost: a thread that died, a failed atexit callback.
     lines += ["%s %s" % (label(d), d["summary"]) for d in out if d["state"] == "exited" and _lost_work(d)]
+    # Nor is a process that os._exit(0) ended from a thread, or by the program's own call.
+    lines += ["%s %s; next: %s" % (label(d), d["exit_note"], d["exit_next"])
+              for d in out if d["state"] == "exited" and d["exit_note"]]
     lines += ["warning in %s: %s" % (label(d), w) for d in troubled for w in d["warnings"][:2]][:3]
     lines += _other_hosts(out)
     return lines
@@ -517,6 +683,8 @@ def _verdict(out, by_key, causes):
 
 def _known(d):
     """`; next: ...` for a failure whose text is a known error (read/known.py), else ''."""
+    if d["exit_next"] and d["state"] == "failed":
+        return "; next: " + d["exit_next"]
     step = known.next_step(d["exception"]["text"]) if d["exception"] and d["state"] in ("failed", "crashed") else None
     return "; next: " + step if step else ""
 
@@ -648,6 +816,8 @@ def _parents(out, by_key, explained, stragglers, told):
     lines = []
     for d in out:
         live = d["state"] == "stalled"
+        if d["stall"] is None:
+            continue  # stalled with no dump: a retry loop told by its notes
         if not live and (d["state"] not in ("killed", "vanished") or d["stall"] is None or d["idle"]):
             continue
         kids = [by_key[(d["host"], pid)] for pid in d["children"] if (d["host"], pid) in by_key]

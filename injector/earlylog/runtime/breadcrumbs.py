@@ -2,21 +2,22 @@
 It must only read /proc and /sys, and offer a line only when something moved (an idle log stays short)."""
 import os
 
-from earlylog.runtime import threads
+from earlylog.runtime import fds
 
 MOVED = 0.10       # a change of this share (or of STEP bytes) is worth a new line
 STEP = 256 << 20
 _MIB = 1 << 20
 
 
-def _read(path):
-    return (threads.read(path) or b"").decode("ascii", "replace")
+def _read(path, keep=True):
+    # Read at every sample: kept open and re-read (docs/design.md#our-fds-sit-high).
+    return (fds.read(path, keep=keep) or b"").decode("ascii", "replace")
 
 
 def _cgroup_files():
     """(usage file, limit file, oom counter file, counter name) of this process's memory cgroup."""
     v1 = v2 = None
-    for line in _read("/proc/self/cgroup").splitlines():
+    for line in _read("/proc/self/cgroup", keep=False).splitlines():
         parts = line.split(":", 2)
         if len(parts) == 3 and parts[0] == "0" and parts[1] == "":
             v2 = parts[2]

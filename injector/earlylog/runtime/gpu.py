@@ -2,7 +2,7 @@
 It must never wait on nvidia-smi past its timeout (it hangs when the driver does) nor import CUDA."""
 import os
 
-from earlylog.runtime import threads
+from earlylog.runtime import fds
 
 SMI_TIMEOUT = 10.0  # seconds; nvidia-smi answers in well under 1 s on a healthy machine
 SMI_FIELDS = "index,name,driver_version,memory.total,memory.used,utilization.gpu"
@@ -10,7 +10,7 @@ SMI_FIELDS = "index,name,driver_version,memory.total,memory.used,utilization.gpu
 
 def driver_version():
     """The kernel module's version from /proc/driver/nvidia/version, or None without a driver."""
-    data = threads.read("/proc/driver/nvidia/version", 4096)
+    data = fds.read("/proc/driver/nvidia/version", 4096)
     if data is None:
         return None
     first = data.decode("ascii", "replace").partition("\n")[0]
@@ -24,7 +24,7 @@ def driver_version():
 def devices():
     """[(name, 'rw' or what is missing)] for every /dev/nvidia* node."""
     try:
-        names = sorted(n for n in os.listdir("/dev") if n.startswith("nvidia"))
+        names = sorted(n for n in fds.listdir("/dev") if n.startswith("nvidia"))
     except OSError:
         return []
     out = []

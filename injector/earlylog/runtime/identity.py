@@ -84,10 +84,9 @@ def _option(args, names):
 def title(start_argv):
     """The process title when the program has changed it since start (Ray names a worker after its
     task, `ray::train_step`; setproctitle users do the same), else None. Read at dump time only."""
-    try:
-        with open("/proc/self/cmdline", "rb") as f:
-            raw = f.read()
-    except OSError:
+    from earlylog.runtime import fds  # at dump time only: never on the start-up path
+    raw = fds.read("/proc/self/cmdline", keep=True)  # a high descriptor, kept for the next dump
+    if raw is None:
         return None
     # setproctitle pads the old argv area with NULs or spaces: only the words count.
     now = " ".join(os.fsdecode(raw).replace("\0", " ").split())

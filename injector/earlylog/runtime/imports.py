@@ -57,13 +57,40 @@ _IMPORTLIB_FILE = "<frozen importlib._bootstrap>"
 
 def _load_unlocked(spec):
     token = _begin(spec)
+    loader = _read_high(spec)
     try:
         module = _original(spec)
     except BaseException as exc:
         _end(token, spec, exc)
         raise
+    finally:
+        if loader is not None:
+            del loader.get_data
     _end(token, spec, None)
     return module
+
+
+_THREADS, _FDS = "earlylog.runtime.threads", "earlylog.runtime.fds"
+_FILE_LOADERS = ("SourceFileLoader", "SourcelessFileLoader")
+
+
+def _read_high(spec):
+    """In a thread of ours, the module's files are read through a high descriptor (fds.read_file):
+    importlib reads them at the lowest free number, which may be the one a program just freed and
+    is about to close again (docs/design.md#our-fds-sit-high). The loader is this import's own (a
+    finder makes one per spec); get_data is set on it for the load and taken away after, so the
+    module's __loader__ is as it would be. Returns that loader, or None (the program's thread, or
+    fds not loaded yet, or another kind of loader)."""
+    try:
+        threads, fds, loader = sys.modules.get(_THREADS), sys.modules.get(_FDS), spec.loader
+        if threads is None or fds is None or threads.name_of(get_ident()) is None or \
+                type(loader).__name__ not in _FILE_LOADERS or type(loader).__module__ != "_frozen_importlib_external" \
+                or "get_data" in vars(loader):
+            return None
+        loader.get_data = fds.read_file
+        return loader
+    except Exception:  # nothing of ours may fail an import
+        return None
 
 
 def _load_marks():

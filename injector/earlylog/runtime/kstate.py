@@ -3,7 +3,7 @@ Linux-only (elsewhere it says nothing); it must never read from, write to or cha
 import os
 import sys
 
-from earlylog.runtime import threads as our_threads
+from earlylog.runtime import fds
 
 # syscall number -> what the call is; /proc/<tid>/syscall gives the number and raw arguments.
 _CALLS = {
@@ -19,13 +19,20 @@ _CALLS = {
                 206: "write", 211: "write", 207: "read", 212: "read", 243: "read", 269: "write",
                 32: "flock", 25: "fcntl", 56: "open", 133: "signal", 137: "signal"},
 }
+# select()/pselect6() and poll()/ppoll() with no descriptor to watch are sleeps: Python 3.9 and 3.10
+# sleep in time.sleep() with select(0, NULL, NULL, NULL, timeout), 3.11+ in clock_nanosleep().
+_SELECTS = {"x86_64": (23, 270), "aarch64": (72,)}  # (nfds, readfds, writefds, exceptfds, ...)
+_POLLS = {"x86_64": (7, 271), "aarch64": (73,)}     # (fds, nfds, ...)
 STATES = {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O", "T": "stopped",
            "t": "stopped by a debugger", "Z": "a zombie", "X": "dead", "I": "idle"}
 _STREAMS = {0: "stdin", 1: "stdout", 2: "stderr"}
 
 
 def _read(path):
-    return (our_threads.read(path) or b"").decode("ascii", "replace").strip()
+    # This process's task files are read at every dump: kept open (fds.read's keep), those of
+    # another process are not.
+    keep = path.startswith("/proc/self/")
+    return (fds.read(path, keep=keep) or b"").decode("ascii", "replace").strip()
 
 
 def cpu_seconds(tid):
@@ -48,9 +55,11 @@ def _stat_seconds(path):
 
 def tids():
     try:
-        return [int(t) for t in os.listdir("/proc/self/task")]
+        names = fds.listdir("/proc/self/task")
     except OSError:
         return []
+    fds.forget("/proc/self/task", names)  # the kept files of threads that are gone
+    return [int(t) for t in names]
 
 
 def _tick_rate():
@@ -97,7 +106,17 @@ def syscall(tid, pid="self"):
         return None
     if number < 0 or len(args) < 6:  # blocked outside any system call (a page fault)
         return None
-    return _CALLS.get(os.uname().machine, {}).get(number), number, args
+    machine = os.uname().machine
+    name = _CALLS.get(machine, {}).get(number)
+    if name == "poll" and _watches_nothing(machine, number, args):
+        name = "sleep"
+    return name, number, args
+
+
+def _watches_nothing(machine, number, args):
+    if number in _SELECTS.get(machine, ()):
+        return args[0] == 0 or not any(args[1:4])
+    return number in _POLLS.get(machine, ()) and args[1] == 0
 
 
 def words(call):
@@ -187,7 +206,7 @@ def _socket_kind(fd):
     import socket
     import termios
     try:
-        sock = socket.socket(fileno=os.dup(fd))
+        sock = fds.socket_of(fd)
     except OSError:
         return "a socket", None
     try:
@@ -209,7 +228,7 @@ def _socket_kind(fd):
 def _address(fd, peer):
     import socket
     try:
-        sock = socket.socket(fileno=os.dup(fd))
+        sock = fds.socket_of(fd)
     except OSError:
         return ""
     try:

@@ -1,15 +1,17 @@
-"""Library marks: a table of hang-prone library calls, each wrapped as a phase when its module loads.
+"""Library marks: a table of hang-prone library calls, each wrapped as a phase when its module loads,
+and the training heartbeat (each optimizer step and DataLoader batch, told to runtime/progress.py).
 It must never import a library the program did not, nor change what a wrapped call does or returns."""
 import os
 import sys
 
-from earlylog.runtime import phases, redact, state, stdio
+from earlylog.runtime import phases, progress, redact, state, stdio
 
 # The marks module loads after start-up (with the first third-party package), so the state's
 # `installed` flag cannot tell whether this lineage registered the fork check yet.
 _fork_check = False
 _cuda_fork_warned = False
 _failed = [0]         # id() of the last exception a marked call logged
+_step_hook = False    # torch's optimizer step hook is registered (a fork child inherits it)
 
 
 def start(logger):
@@ -24,17 +26,19 @@ def start(logger):
 
 
 def apply(module_name):
-    """Wrap every entry of one freshly imported module; a missing name is skipped (debug line)."""
+    """Wrap every entry of one freshly imported module (a callable entry installs a library hook
+    itself); a missing name is skipped (debug line)."""
     module = sys.modules.get(module_name)
     for entry in TABLE[module_name]:
         try:
-            _wrap(module, *entry)
+            entry(module) if callable(entry) else _wrap(module, *entry)
         except Exception as exc:  # another library version: not an error, just nothing to mark
             if state.logger.config.debug:
-                state.logger.event("earlylog", "no mark for %s.%s: %r" % (module_name, entry[0], exc), console=False)
+                state.logger.event("earlylog", "no mark for %s.%s: %r" % (
+                    module_name, getattr(entry, "__name__", None) or entry[0], exc), console=False)
 
 
-def _wrap(module, attr, name, detail, waiting, lines, after):
+def _wrap(module, attr, name, detail, waiting, lines, after, beat):
     import functools
     *path, last = attr.split(".")
     owner = module
@@ -54,10 +58,15 @@ def _wrap(module, attr, name, detail, waiting, lines, after):
             text = ""
         if text is None:
             try:
-                return original(*args, **kwargs)
+                result = original(*args, **kwargs)
             except BaseException as exc:
+                if beat is not None and type(exc) is StopIteration:
+                    progress.rest()  # an epoch ended: evaluation and checkpoints are no missed step
                 stdio.hide_frame(exc)
                 raise
+            if beat is not None:
+                progress.beat(beat)
+            return result
         quiet = lines == "errors" or (lines == "first" and seen[0])
         seen[0] = True
         token = phases.begin(name, text, waiting, quiet)
@@ -69,11 +78,15 @@ def _wrap(module, attr, name, detail, waiting, lines, after):
             # (and their tensors) are not kept alive.
             phases.end(token, exc, quiet and _failed[0] in (id(exc), id(exc.__context__)))
             _failed[0] = id(exc)
+            if beat is not None and type(exc) is StopIteration:
+                progress.rest()
             stdio.hide_frame(exc)
             raise
         phases.end(token, None, quiet)
         if after is not None:
             _note(after)
+        if beat is not None:
+            progress.beat(beat)
         return result
 
     marked._earlylog_mark = True
@@ -203,7 +216,11 @@ def _check_master(host, port, rank):
 def _check_port_free(port):
     import errno
     import socket
-    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    from earlylog.runtime import fds
+    try:
+        probe = fds.socket(socket.AF_INET, socket.SOCK_STREAM)  # high: a stale close never hits it
+    except OSError:
+        return
     try:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as TCPStore's own server
         probe.bind(("", port))
@@ -218,7 +235,7 @@ def _check_port_free(port):
 def _check_reachable(host, port):
     import socket
     try:
-        socket.create_connection((host, port), timeout=3).close()
+        _connect(host, port, 3)
     except ConnectionRefusedError:
         pass  # nobody listens yet: normal while rank 0 is still starting
     except socket.gaierror as exc:
@@ -226,6 +243,26 @@ def _check_reachable(host, port):
     except (OSError, ValueError, OverflowError) as exc:  # MASTER_ADDR=a..b, MASTER_PORT=70000
         _warn("MASTER_ADDR:PORT %s:%d is unreachable from this machine (%s): this rank will wait "
               "until the timeout; check the address, routes and firewalls" % (host, port, exc.strerror or exc))
+
+
+def _connect(host, port, timeout):
+    """socket.create_connection((host, port), timeout).close(), with each socket at a high number
+    (fds.socket): this runs in a thread of ours, where a low number may be one the program just
+    freed and closes again (docs/design.md#our-fds-sit-high)."""
+    import socket
+    from earlylog.runtime import fds
+    error = None
+    for family, kind, proto, _name, address in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+        sock = fds.socket(family, kind)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(address)
+            return
+        except OSError as exc:
+            error = exc
+        finally:
+            sock.close()
+    raise error or OSError("getaddrinfo returns an empty list")
 
 
 def _new_group(original, args, kwargs):
@@ -272,14 +309,34 @@ def _pretrained(original, args, kwargs):
     return "%s %s" % (args[0].__name__, _arg(original, args, kwargs, "pretrained_model_name_or_path", ""))
 
 
-def _mark(attr, name, detail=_plain, waiting="", lines="all", after=None):
-    return (attr, name, detail, waiting, lines, after)
+# --- the training heartbeat: runtime/progress.py judges a run by its steps -----------------------
+
+def _optimizer_steps(module):
+    """Every optimizer's step() is a training step, through torch's global post-hook (torch 2.0+):
+    subclasses override step(), so no wrap of Optimizer.step would see them."""
+    global _step_hook
+    if not _step_hook:
+        module.register_optimizer_step_post_hook(_stepped)
+        _step_hook = True
+
+
+def _stepped(optimizer, args, kwargs):
+    try:
+        progress.beat("step")
+    except Exception:  # never into the program's step
+        pass
+
+
+def _mark(attr, name, detail=_plain, waiting="", lines="all", after=None, beat=None):
+    return (attr, name, detail, waiting, lines, after, beat)
 
 
 # Imported module -> what to mark in it. Adding a library is one entry; a name a version lacks is
 # skipped. `waiting`: the call waits on other processes (dumps and a reminder say so);
 # `lines`: "all" calls write begin/end lines, only the "first" (a barrier may run every step), or
-# only failures ("errors": a batch fetch, where a dead worker shows); `after`: a note on success.
+# only failures ("errors": a batch fetch, where a dead worker shows); `after`: a note on success;
+# `beat`: each successful call is a training heartbeat of that kind (runtime/progress.py). A
+# callable entry installs a hook of the library's own instead of a wrap.
 TABLE = {
     "torch": (_mark("load", "torch.load", _file("f")),),
     "torch.cuda": (_mark("_lazy_init", "CUDA initialisation", _cuda_init, after=_cuda_devices),),
@@ -291,9 +348,10 @@ TABLE = {
     ),
     "torch.utils.data.dataloader": (
         _mark("DataLoader.__iter__", "DataLoader iterator", _loader_iter),
-        _mark("_BaseDataLoaderIter.__next__", "DataLoader first batch", _first_batch, lines="first"),
+        _mark("_BaseDataLoaderIter.__next__", "DataLoader first batch", _first_batch, lines="first", beat="batch"),
         _mark("_MultiProcessingDataLoaderIter._try_get_data", "DataLoader batch", lines="errors"),
     ),
+    "torch.optim.optimizer": (_optimizer_steps,),
     "torch.utils.data._utils.worker": (_mark("_worker_loop", "DataLoader worker", _worker_loop),),
     # torch's SIGCHLD handler: where a worker killed by a signal (the OOM killer) is noticed.
     "torch.utils.data._utils.signal_handling": (

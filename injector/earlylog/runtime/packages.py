@@ -3,7 +3,7 @@ It must not import the packages nor importlib.metadata (email, zipfile, csv: ~10
 import os
 import sys
 
-from earlylog.runtime import threads
+from earlylog.runtime import fds
 
 MAX_HEADERS = 256 << 10  # bytes read of a METADATA file (its headers come first) or of torch/version.py
 # The packages whose versions explain most training start-up hangs and crashes, in log order.
@@ -23,7 +23,7 @@ def installed(path=None):
     found = {}
     for entry in path if path is not None else sys.path:
         try:
-            names = os.listdir(entry or ".")
+            names = fds.listdir(entry or ".")
         except OSError:
             continue
         for name in names:
@@ -40,7 +40,7 @@ def requires(folder):
     """The Requires-Dist lines of a distribution's METADATA (headers only, not the long text)."""
     out = []
     for leaf in ("METADATA", "PKG-INFO"):
-        data = threads.read(os.path.join(folder, leaf), MAX_HEADERS)
+        data = fds.read(os.path.join(folder, leaf), MAX_HEADERS)
         if data is None:
             continue
         for line in data.decode("utf-8", "replace").splitlines():
@@ -71,7 +71,7 @@ def torch_build(found):
     if "torch" not in found:
         return None
     site = os.path.dirname(found["torch"][1])
-    data = threads.read(os.path.join(site, "torch", "version.py"), MAX_HEADERS)
+    data = fds.read(os.path.join(site, "torch", "version.py"), MAX_HEADERS)
     if data is None:
         return None
     build = {}

@@ -30,7 +30,7 @@ import time
 from stat import S_ISREG
 
 from earlylog import enabled
-from earlylog.runtime import kstate, redact, sinks, threads, waits
+from earlylog.runtime import fds, kstate, redact, sinks, waits
 
 SCAN_SECONDS = 0.2      # the longest one search for a pipe's other end may take
 SCAN_PROCS = 4000       # ... and the most processes it looks at
@@ -103,7 +103,7 @@ def waited_children(tid, frame):
 
 def _environ(pid):
     """The EARLYLOG* variables a process was started with, {} when they cannot be read."""
-    raw = threads.read("/proc/%d/environ" % pid, 1 << 20) or b""
+    raw = fds.read("/proc/%d/environ" % pid, 1 << 20) or b""
     pairs = (entry.decode("utf-8", "replace").partition("=") for entry in raw.split(b"\0")
              if entry.startswith(b"EARLYLOG"))
     return {key: value for key, _eq, value in pairs}
@@ -291,7 +291,7 @@ def _peer_pid(fd):
     import _socket
     import struct
     try:
-        sock = _socket.socket(fileno=os.dup(fd))  # a duplicate, closed at once: the fd itself is untouched
+        sock = fds.socket_of(fd)  # a high duplicate, closed at once: the fd itself is untouched
     except OSError:
         return None
     try:
@@ -309,7 +309,7 @@ def holders(link, mode):
     deadline = time.monotonic() + SCAN_SECONDS
     me, parent = os.getpid(), os.getppid()
     try:
-        others, listed = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (me, parent)], True
+        others, listed = [int(p) for p in fds.listdir("/proc") if p.isdigit() and int(p) not in (me, parent)], True
     except OSError:
         others, listed = [], False
     found = []
@@ -323,18 +323,18 @@ def holders(link, mode):
 
 def _holds(pid, link, mode):
     try:
-        fds = os.listdir("/proc/%d/fd" % pid)
+        names = fds.listdir("/proc/%d/fd" % pid)
     except OSError:  # gone, or another user's
         return False
-    return any(_link("/proc/%d/fd/%s" % (pid, fd)) == link and _mode(pid, fd) in (mode, "both") for fd in fds)
+    return any(_link("/proc/%d/fd/%s" % (pid, fd)) == link and _mode(pid, fd) in (mode, "both") for fd in names)
 
 
 def _own_fds(link, mode):
     try:
-        fds = os.listdir("/proc/self/fd")
+        names = fds.listdir("/proc/self/fd")
     except OSError:
         return []
-    return [int(fd) for fd in fds if _link("/proc/self/fd/" + fd) == link and _mode("self", fd) in (mode, "both")]
+    return [int(fd) for fd in names if _link("/proc/self/fd/" + fd) == link and _mode("self", fd) in (mode, "both")]
 
 
 def _mode(pid, fd):
@@ -418,7 +418,7 @@ def _tcp(inode):
     some socket listens on), in one pass: reading those tables costs milliseconds."""
     row, listening = None, set()
     for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
-        data = threads.read(table, MAX_TABLE_BYTES) or b""
+        data = fds.read(table, MAX_TABLE_BYTES) or b""
         for line in data.split(b"\n")[1:]:  # after the header
             fields = line.decode("ascii", "replace").split()
             if len(fields) < 10:
@@ -465,8 +465,8 @@ def _file_lock(name, args, frame):
 
 def _sleeps_in_c(frame):
     """The innermost Python line calls no sleep: the C call under it sleeps (a retry loop)."""
-    import linecache
-    return "sleep" not in linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+    lines = fds.getlines(frame.f_code.co_filename)  # linecache's, read through a high descriptor
+    return "sleep" not in (lines[frame.f_lineno - 1] if 0 < frame.f_lineno <= len(lines) else "")
 
 
 def _sqlite_locks():
@@ -477,7 +477,7 @@ def _sqlite_locks():
     if not locks:
         return []
     try:
-        names = os.listdir("/proc/self/fd")
+        names = fds.listdir("/proc/self/fd")
     except OSError:
         return []
     out, seen = [], set()
@@ -559,4 +559,4 @@ def _link(path):
 
 
 def _read(path, limit=65536):
-    return (threads.read(path, limit) or b"").decode("utf-8", "replace")
+    return (fds.read(path, limit) or b"").decode("utf-8", "replace")

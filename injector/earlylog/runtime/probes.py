@@ -4,7 +4,7 @@ import os
 import stat
 import sys
 
-from earlylog.runtime import findings, gpu, kstate, redact, state
+from earlylog.runtime import fds, findings, gpu, kstate, redact, state
 
 # PROBES_AFTER seconds into the process (about 1 ms of work, in a thread of ours, while fork
 # waits: threads.gated): process, stdio, env, machine, and the GPU facts that need no program run;
@@ -180,18 +180,9 @@ def _machine(facts):
 
 
 def _read(path):
-    """A small /proc or /sys file's bytes, or None. os.open/os.read: open() in text mode costs
-    a TextIOWrapper and a locale lookup per file, which the start-up budget cannot afford."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, 65536)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    """A small /proc or /sys file's bytes, or None; through a high descriptor (fds), as our threads
+    read: open() in text mode would also cost a TextIOWrapper and a locale lookup per file."""
+    return fds.read(path, 65536)
 
 
 def _open_files_limit():

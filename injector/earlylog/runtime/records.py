@@ -18,6 +18,17 @@ def place(function, filename, line):
     """`main at train.py:12`: where a call was made, as the runtime writes it and the reader reads it."""
     return "%s at %s:%d" % (function, filename.rpartition("/")[2], line)
 
+def outer(frame):
+    """The innermost frame of the program's own code from frame outwards (not the standard
+    library's nor an installed package's), or None; read at exit or on a rare event, not at start-up."""
+    import os
+    import sys
+    libraries = tuple({os.path.dirname(os.__file__) + os.sep} | {p + os.sep for p in sys.path if p.endswith("-packages")})
+    while frame is not None and frame.f_code.co_filename.startswith(libraries):
+        frame = frame.f_back
+    return frame
+
+
 def _patterns():
     if not _PATTERNS:
         import re

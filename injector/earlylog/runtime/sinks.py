@@ -9,13 +9,10 @@ import sys
 import time
 
 from earlylog.runtime import identity, records
+from earlylog.runtime.state import HIGH_FD
 
 CONSOLE_FDS = {"stderr": 2, "stdout": 1, "off": None}  # EARLYLOG_CONSOLE -> the fd it writes to
 _now, _monotonic, _write = time.time, time.monotonic, os.write  # looked up once: every line uses them
-# Our descriptors sit at this number and up, far above the low numbers a program's open() gets:
-# a program that closes every fd and opens its own files never takes ours
-# (docs/design.md#our-fds-sit-high).
-HIGH_FD = 512
 # Counts this process's forks from the first earlylog import on, bumped in each fork child: a
 # Logger writes only in the process that made it, so a child that did not start earlylog of its
 # own (subprocess's preexec_fn, a failed start) never writes into its parent's file as its parent.

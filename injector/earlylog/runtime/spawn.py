@@ -1,8 +1,11 @@
 """Runs a helper program (nvidia-smi, gdb, py-spy) with a hard timeout, from any thread.
 posix_spawn and os pipes only: subprocess imports threading, and importing threading from one of
-our threads makes it threading's main thread, so the real one waits for it forever at exit."""
+our threads makes it threading's main thread, so the real one waits for it forever at exit.
+Its pipe and anonymous file sit high (fds): a program that closes a stale number never closes them."""
 import os
 import time
+
+from earlylog.runtime import fds
 
 POLL = 0.05
 MAX_OUTPUT = 4 << 20  # bytes kept of a to_file program's output
@@ -22,14 +25,14 @@ def run(argv, timeout, env=None, stderr_too=False, to_file=False):
     to_file: the output goes to an anonymous file read at the end, never a pipe: a tool that
     stops this process (gdb, py-spy) must not block on a full pipe only a stopped thread reads."""
     if to_file and hasattr(os, "memfd_create"):
-        out = os.memfd_create("earlylog-output", os.MFD_CLOEXEC)
+        out = fds.memfd("earlylog-output")
         try:
             pid = _spawn(argv, env, out, stderr_too)
             status = _reap(pid, time.monotonic() + timeout)
             return status, os.pread(out, MAX_OUTPUT, 0)
         finally:
             os.close(out)
-    read_end, write_end = os.pipe()
+    read_end, write_end = fds.pipe()
     try:
         pid = _spawn(argv, env, write_end, stderr_too)
     except OSError:

@@ -1,13 +1,14 @@
 """The rich stack dump: every thread's name, ids, daemon flag, kernel state, phase and frames,
 plus each pending asyncio task's await chain (`task NAME: FILE:LINE in CORO > ... > awaiting WHAT`,
-WHAT being `a Future`, `task NAME`, `gather of N tasks`, SERVER_READ or the object's repr) and the
-addresses the loop serves; under a thread running gevent's hub, its waiting greenlets (greenlets.py); notebook cells by their
-In[N] names (cells.py).
-It only reads; it must never block or raise."""
+WHAT being `a Future`, `task NAME`, `gather of N tasks`, SERVER_READ or the object's repr), the
+addresses the loop serves, and aio.py's lines (the task a blocked loop runs, tasks that died
+unheard); under a thread running gevent's or eventlet's hub, its waiting greenlets
+(greenlets.py); notebook cells by their In[N] names (cells.py). It only reads; it must never
+block or raise."""
 import sys
 import time
 
-from earlylog.runtime import cells, greenlets, peers, records, threads as our_threads, waits
+from earlylog.runtime import cells, greenlets, peers, records, retries, threads as our_threads, waits
 
 MAX_FRAMES = 40
 SERVER_READ = "a request on a connection its server accepted"  # what an idle server's handler awaits
@@ -55,9 +56,11 @@ def lines(shares=None, skip_ident=None):
         state = _state(kstate, tid, shares)
         for part in (lambda: ["  " + state] if state else [],
                      lambda: _handles(state) if ident == main else [],
+                     lambda: _terminal(tid, frame, ident == main) if tid else [],
                      lambda: ["  phase: " + phases.describe(ident)] if phases.describe(ident) else [],
                      lambda: waits.notes(ident, frame, frames, threads),
                      lambda: peers.lines(tid, ident, frame) if tid else [],
+                     lambda: retries.lines(ident, frame),
                      lambda: cells.notes(frame),
                      lambda: ["  " + f for f in frame_lines(frame)],
                      lambda: _asyncio_lines(frame),
@@ -81,6 +84,13 @@ def _state(kstate, tid, shares):
         return None
 
 
+def _terminal(tid, frame, main):
+    """`terminal: waiting for input at the terminal (input())` for a thread a person answers."""
+    from earlylog.runtime import terminal
+    line = terminal.note(tid, frame, main)
+    return ["  " + line] if line else []
+
+
 def _handles(state):
     """For a main thread waiting for a signal (signal.pause, sigwait): the program's Python handlers,
     `handles: SIGHUP with reload at app.py:12`, which say what it waits to be told."""
@@ -92,11 +102,12 @@ def _handles(state):
 
 def frame_lines(frame):
     """`file:line in function: source`, most recent call first, at most MAX_FRAMES."""
-    import linecache
+    from earlylog.runtime import fds
     out = []
     while frame is not None and len(out) < MAX_FRAMES:
         code = frame.f_code
-        source = linecache.getline(code.co_filename, frame.f_lineno).strip()
+        lines = fds.getlines(code.co_filename)  # linecache's, read through a high descriptor
+        source = lines[frame.f_lineno - 1].strip() if 0 < frame.f_lineno <= len(lines) else ""
         out.append("%s:%d in %s%s" % (code.co_filename, frame.f_lineno, code.co_name,
                                       ": " + source if source else ""))
         frame = frame.f_back
@@ -111,10 +122,12 @@ def _asyncio_lines(frame):
     if loop is None:
         return []
     import asyncio
+    from earlylog.runtime import aio
+    found = aio.lines(frame, loop)  # the task it runs, if any; its tasks that died unheard
     try:
         tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
     except RuntimeError:  # the task set changed while we read it; the next dump will have it
-        return ["  asyncio: the task list changed while being read"]
+        return ["  asyncio: the task list changed while being read"] + found
     serving = _serving(loop)
     out = ["  asyncio: %d pending task%s on this thread's event loop%s" % (
         len(tasks), "" if len(tasks) == 1 else "s", "; it serves " + " ".join(serving) if serving else "")]
@@ -123,7 +136,7 @@ def _asyncio_lines(frame):
         out.append("    task %s: %s" % (task.get_name(), " > ".join(await_chain(task.get_coro(), _waiter(task)))))
         sockets += _client_read(task.get_coro())
     # Under the tasks: a thread note, as a blocking socket call's own (read/process_causes.py).
-    return out + ["  socket: " + text for text in sockets[:8]]
+    return out + found + ["  socket: " + text for text in sockets[:8]]
 
 
 def _client_read(coro):

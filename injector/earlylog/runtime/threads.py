@@ -48,28 +48,16 @@ def gated(call, *args):
         return call(*args)
 
 
-def read(path, limit=1 << 20):
+def read(path, limit=1 << 20, keep=False):
     """The first `limit` bytes of a file, or None when it cannot be read: for our threads, through a
-    bare descriptor. A Python file object holds a lock while it reads; finalization kills a daemon
-    thread when it next takes the GIL, and one killed mid-read leaves that lock held, so freeing
-    the object at the interpreter's end aborts the process."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        chunks, size = [], 0
-        while size < limit:
-            chunk = os.read(fd, min(65536, limit - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        return b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    bare descriptor at a high number (fds.read; keep: a file read again and again stays open). A
+    Python file object holds a lock while it reads; finalization kills a daemon thread when it next
+    takes the GIL, and one killed mid-read leaves that lock held, so freeing the object at the
+    interpreter's end aborts the process. A descriptor at the lowest free number may be the one a
+    program just freed and closes again (docs/design.md#our-fds-sit-high). Our modules call fds
+    directly; fds is imported here on first use, never at start-up."""
+    from earlylog.runtime import fds
+    return fds.read(path, limit, keep)
 
 
 def quiesce():

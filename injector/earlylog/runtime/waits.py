@@ -111,6 +111,16 @@ def notes(ident, frame, frames, threads):
 
 # --- what one thread waits for -------------------------------------------------------------
 
+def waited(frame):
+    """(kind, name or None, method) of the wait the stack ending in frame is blocked in, or None:
+    for the stall line of a thread that made no progress (runtime/stuck.py). Never raises."""
+    try:
+        found = _waited(frame)
+    except Exception:
+        return None
+    return None if found is None else (found[0], found[2], found[3])
+
+
 def _waited(frame):
     """(kind, object, name or None, method) of the wait this stack is blocked in, or None."""
     kind = obj = call = None
@@ -548,8 +558,8 @@ def _source(frame):
     src = None
     try:
         import ast
-        import linecache
-        lines = linecache.getlines(code.co_filename)
+        from earlylog.runtime import fds
+        lines = fds.getlines(code.co_filename)  # linecache's, read through a high descriptor
         if key[1]:
             src = _parse(ast, _function_lines(lines, key[1]), key[1] - 1)
         if src is None and sum(len(line) for line in lines) <= MAX_SOURCE:
@@ -626,9 +636,9 @@ def _calls_at(frame):
     src = _source(frame)
     if src is None:
         return []
-    import linecache
+    from earlylog.runtime import fds
     code = frame.f_code
-    lines = linecache.getlines(code.co_filename)
+    lines = fds.getlines(code.co_filename)
     known = set(code.co_names) | set(code.co_varnames) | set(code.co_cellvars) | set(code.co_freevars)
     here = _instruction(frame)
     out = []
@@ -666,17 +676,27 @@ def _at(here, span, attr, site):
     return start == site[:2] and end == site[2:]
 
 
+def call_at(frame):
+    """`time.sleep`, `sock.recv`: the attribute call the frame is executing, as its source writes
+    it, or None (no source, or not such a call: `sleep(1)`, a `with` entry). Never raises."""
+    try:
+        found = [(text, attr) for _expr, attr, text in _calls_at(frame) if attr != "with"]
+    except Exception:
+        return None
+    return "%s.%s" % found[-1] if found else None
+
+
 def _held_at(frame):
     """What the frame holds at its current line. A function with no `with` or `acquire` between
     its start and that line holds nothing, and is not parsed at all (most library frames)."""
-    import linecache
+    from earlylog.runtime import fds
     code = frame.f_code
     key = 0 if code.co_name == "<module>" else code.co_firstlineno
-    region = linecache.getlines(code.co_filename)[max(key, 1) - 1:frame.f_lineno]
+    region = fds.getlines(code.co_filename)[max(key, 1) - 1:frame.f_lineno]
     if not any("with" in line or "acquire" in line for line in region):
         return []
     src = _source(frame)
-    lines = linecache.getlines(code.co_filename)
+    lines = fds.getlines(code.co_filename)
     return [(how, _expr(lines, span), line) for how, span, line in (src.held(key, frame.f_lineno) if src else ())]
 
 
@@ -821,3 +841,7 @@ def _thread_name(thread, ident):
     name = _field(thread, "_name") if thread is not None else None
     return name if type(name) is str else "0x%x" % ident
 
+
+
+# What runtime/aio.py reads tasks with.
+field, module_dict, isa, lookup, instance_dict = _field, _module_dict, _isa, _lookup, _instance_dict

@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from earlylog.runtime import fault, threads
+from earlylog.runtime import fault, progress, retries, threads
 
 GROWTH_CAP = 3600.0  # stall dumps come at S, 2S, 4S ... of silence, at least once an hour after
 
@@ -35,6 +35,14 @@ def _waiting_for_children():
     own = "; %s own log%s whether %s stuck" % (("its", " says", "it is") if len(children) == 1 else
                                               ("their", "s say", "they are")) if logged else ""
     return "waiting for child%s %s%s" % ("" if len(children) == 1 else "ren", named, own), printed
+
+
+def _names():
+    """{ident: name} of the program's threads for a retrying note, read without threading's lock."""
+    active = getattr(sys.modules.get("threading"), "_active", None) or {}
+    names = {ident: getattr(t, "_name", "?") for ident, t in dict(active).items()}
+    names.setdefault(threads.main_ident(), "MainThread")
+    return names
 
 
 def _sampler():
@@ -102,9 +110,14 @@ class Watchdog:
                     self.episode = silent_since
                     self.stall_dump(now - silent_since)
                     self.next_at += min(self.next_at, GROWTH_CAP)
+                # A thread stuck while others print, or no training step: docs/watchdog.md#progress
+                progress.check(self, now, self.episode is not None)
             if self.every and now >= self.next_every:
                 self.dump("every %g s (EARLYLOG_DUMP_EVERY)" % self.every)
                 self.next_every = now + self.every
+            # A thread failing again and again between sleeps is retrying, however much it logs.
+            for text in retries.beat(_names, max(self.stall, 10.0)):
+                self._quiet("note", text)
             if now >= self.next_mem:
                 self.memory = self.memory or threads.gated(_sampler)
                 text = self.memory.line()
@@ -164,17 +177,21 @@ class Watchdog:
         from earlylog.runtime import phases
         phase = phases.describe(threads.main_ident()) or next(
             (phases.describe(tid) for tid in phases.current()), "")
-        waiting, printed = None, False
+        waiting, printed, prompt = None, False, None
         if busy:
             state = "busy: CPU time still rising (%d%% of a core), computing rather than hung" % round(whole * 100)
         else:
-            waiting, printed = _waiting_for_children()
-            state = waiting or "blocked: no CPU used; each thread below says on what"
+            from earlylog.runtime import terminal
+            prompt = terminal.waiting()  # a person at the terminal (a pager, an editor: a child's)
+            if not prompt:
+                waiting, printed = _waiting_for_children()
+            state = prompt or waiting or "blocked: no CPU used; each thread below says on what"
         # A launcher waiting for children whose own stall lines reach the terminal would only repeat
-        # them there, and alarm about a healthy run while they work: its line stays in its log.
+        # them there, and alarm about a healthy run while they work: its line stays in its log. A
+        # person answering a prompt would find the line in the middle of it: never on the console.
         self._quiet("stall", "silent for %.0f s%s; %s; stacks in %s" % (
             silence, " (phase %s)" % phase if phase else "", state, self.logger.path or "the console"),
-            console=None if printed else True)
+            console=False if prompt else None if printed else True)
         self._dump("stall after %.0f s of silence" % silence, shares)
 
     def dump(self, reason):

@@ -1,0 +1,169 @@
+"""asyncio causes (see causes.py): an event loop blocked by a synchronous call inside a coroutine
+(`loop-blocked`: while `time.sleep`, a blocking socket read or a lock's acquire() runs in one
+task, no other task runs), and a task that died with an exception nobody retrieved while other
+tasks wait for what it would have produced (`task-died`: the producer raised, the consumer awaits
+queue.get() for ever). Read from the notes runtime/aio.py writes under a loop's thread (`running
+task:`, `dead task:`) and from asyncio's own "Task exception was never retrieved" report on
+stderr (read/logread.py: a task the program kept no reference to is freed, and reported, as it
+fails). A loop computing in a coroutine is busy, not blocked: no cause. It only reads."""
+import re
+
+from earlylog.read import frames
+from earlylog.read.causes import Cause, label
+from earlylog.runtime.stacks import SERVER_READ
+
+_RUNNING = re.compile(r"^running (?P<how>task|callback): (?:(?P<task>\S+) \((?P<coro>[^)]*)\): )?"
+                      r"(?P<file>.+):(?P<line>\d+) in (?P<func>\S+?)(?:; calls (?P<call>.+))?$")
+_DEAD = re.compile(r"^dead task: (?P<task>\S+) \((?P<coro>[^)]*)\): (?P<chain>.*?); raised (?P<exc>.*?)"
+                   r"(?:; waited on by (?P<waiters>task \S+(?:, task \S+)*))?$")
+_CALL = re.compile(r"([A-Za-z_][\w.]*)\s*\(")  # the first call a line of source makes
+# What a pending task's innermost library frame waits in, in words: (file, function) -> words.
+_AWAITS = (("asyncio/queues.py", "queue.%s()"), ("asyncio/locks.py", "%s() of an asyncio lock or event"))
+# Awaits that are a task's own pace or a server's idleness, not a wait for another task's work.
+_NOT_WORK = (("asyncio/tasks.py", "sleep"), ("asyncio/base_events.py", "serve_forever"))
+RECENT = 1.0  # seconds: a death reported on stderr this close to the last sign of life is the last thing that happened
+
+
+def find(report, folder):
+    """The asyncio causes of each stalled process of a judged report."""
+    out = []
+    for d in report["processes"]:
+        p = folder.procs.get((d["host"], d["pid"]))
+        if p is None or d["stall"] is None or p.stall is None or p.stall.get("gil"):
+            continue
+        for t in p.stall["threads"]:
+            out += _blocked(d, t)
+        out += [_died(d, death, waiters) for death, waiters in orphaned(p)]
+    return out
+
+
+# --- a loop blocked by a synchronous call ----------------------------------------------------
+
+def _blocked(d, t):
+    running = next((m.groupdict() for m in map(_RUNNING.match, t.notes) if m), None)
+    state = next((n for n in t.notes if n.startswith(("blocked:", "busy:"))), "")
+    if running is None or not state.startswith("blocked:"):
+        return []  # parked in its selector, or computing: busy is not stuck
+    at = next((i for i, f in enumerate(t.frames) if f[0] == running["file"] and str(f[1]) == running["line"]), None)
+    if frames.library(running["file"]) and at is not None and any(not frames.library(f[0]) for f in t.frames[:at]):
+        return []  # a framework's coroutine running the user's code (a notebook's cell): that code is the story
+    others = [name for name, _chain, awaiting in frames.task_chains(t.notes)
+              if name != running["task"] and not (awaiting or "").startswith(("task ", "gather of "))]
+    if not others:
+        return []  # no other task to starve: what the call waits for is the cause (a child, a lock, a peer)
+    call = running["call"] or frames.call_name(t.frames) or _source_call(t, running) or "a blocking call"
+    place = "%s:%s" % (running["file"].rpartition("/")[2], running["line"])
+    if running["how"] == "task":
+        who = "task %s (%s) calls %s at %s inside a coroutine" % (running["task"], running["coro"], call, place)
+    else:
+        who = "a callback, %s, calls %s at %s" % (running["func"], call, place)
+    doing = re.sub(r" \([^)]*\)$", "", state[len("blocked: "):].partition(" [kernel")[0])
+    return [Cause("loop-blocked", "%s: the asyncio event loop in thread %s is blocked: %s, so no other task "
+                                  "runs (%s)" % (label(d), t.name, who, doing),
+                  _unblock(call, running["how"] == "task"), [d["pid"]], [t.name])]
+
+
+def _source_call(t, running):
+    """The first call on the frame's source line, where the runtime could not name it."""
+    code = next((t.code.get(i) for i, f in enumerate(t.frames) if str(f[1]) == running["line"]
+                 and f[2] == running["func"]), None)
+    m = _CALL.search(code or "")
+    return m.group(1) if m else None
+
+
+def _unblock(call, coroutine):
+    """The next step for a blocking call inside a coroutine (or a callback), by what the call is."""
+    name = call.rpartition(".")[2]
+    if call in ("time.sleep", "sleep") and not coroutine:
+        return "`loop.call_later(delay, ...)` for the rest instead of time.sleep in a callback; any other " \
+               "blocking call: `loop.run_in_executor(None, ...)`"
+    if call in ("time.sleep", "sleep"):
+        return "`await asyncio.sleep(...)` instead of time.sleep; any other blocking call: `await " \
+               "asyncio.to_thread(...)` or `loop.run_in_executor(None, ...)`"
+    if name in ("acquire", "wait", "join", "get", "result"):
+        return "use asyncio's own primitive (asyncio.Lock, asyncio.Event, asyncio.Queue), or wait in a thread: " \
+               "`await asyncio.to_thread(%s)` or `loop.run_in_executor(None, ...)`" % call
+    return "run it in a thread, `await asyncio.to_thread(%s, ...)` or `loop.run_in_executor(None, ...)`, or " \
+           "use an asyncio client (asyncio streams, aiohttp, httpx.AsyncClient)" % call
+
+
+# --- a task that died while others wait for it -----------------------------------------------
+
+def orphaned(p):
+    """[(death, [(task name, what it waits for, its frame)])]: tasks of a stalled process that died
+    with an exception nobody retrieved, each with the pending tasks waiting for what it would have
+    produced. A death the runtime saw names its waiters itself (they wait on an object the dead
+    task held), and counts only with them: a server's long-failed task beside a worker waiting for
+    jobs is no cause. One asyncio reported on stderr (its task freed, its objects gone) counts when
+    it was the last thing that happened and a task of the user's still waits on a queue, an event
+    or a future. Empty for a process that
+    did not stall; idle.py's `idle` yields to it (verdict.py)."""
+    if p.stall is None or p.stall.get("gil"):
+        return []
+    out = []
+    for t in p.stall["threads"]:
+        pending = {name: (chain, awaiting) for name, chain, awaiting in frames.task_chains(t.notes)}
+        waiting = [name for name, (chain, awaiting) in pending.items() if _waits_for_work(chain, awaiting)]
+        for m in map(_DEAD.match, t.notes):
+            if m is None:
+                continue
+            named = [w[len("task "):] for w in (m.group("waiters") or "").split(", ") if w]
+            chain = [frames.frame_tuple(f) for f in _chain(m.group("chain"))][::-1]
+            death = (m.group("task"), m.group("coro"), m.group("exc"), chain)
+            who = [w for w in named if w in pending]  # none: its work is no pending task's
+            if who:
+                out.append((death, [_waiter(w, *pending[w]) for w in who]))
+        since = p.activity if p.activity is not None else p.last
+        for died in p.task_deaths[-3:]:
+            if died.time is None or since is None or since - died.time > RECENT or not waiting or \
+                    any(o[0][0] == died.task for o in out):
+                continue
+            out.append(((died.task, died.coro, died.text, died.frames),
+                        [_waiter(w, *pending[w]) for w in waiting]))
+    return out
+
+
+def _chain(text):
+    found = []
+    for part in text.split(" > "):
+        path, _, rest = part.rpartition(":")
+        line, _, func = rest.partition(" in ")
+        if path and line.isdigit():
+            found.append({"file": path, "line": int(line), "function": func})
+    return found
+
+
+def _waits_for_work(chain, awaiting):
+    """Does a pending task of the user's wait for something another task produces (an item, an
+    event, a future), rather than pace itself, serve, or wait for a client?"""
+    if not chain or all(frames.library(f[0]) for f in chain) or awaiting == SERVER_READ or \
+            (awaiting or "").startswith(("task ", "gather of ")):
+        return False  # a task awaiting other tasks waits where they wait
+    return not any(f[2] == func and frames.is_file(f[0], suffix) for f in chain for suffix, func in _NOT_WORK)
+
+
+def _waiter(name, chain, awaiting):
+    user = frames.user_frame(chain)
+    inner = chain[0] if chain else None
+    what = None
+    for suffix, words in _AWAITS:
+        if inner is not None and frames.is_file(inner[0], suffix):
+            what = words % inner[2]
+    if what is None:
+        what = awaiting or "a Future"
+    return name, what, user
+
+
+def _died(d, death, waiters):
+    name, coro, exc, chain = death
+    frame = frames.user_frame(chain)
+    place = " at %s:%d" % (frame[0].rpartition("/")[2], frame[1]) if frame else ""
+    waits = "; ".join("task %s (%s) waits for %s at %s" % (
+        w, user[2] if user else "?", what, "%s:%d" % (user[0].rpartition("/")[2], user[1]) if user else "?")
+        for w, what, user in waiters[:3])
+    return Cause("task-died", "%s: asyncio task %s (%s) died%s with %s, and nobody awaited it; %s for what it "
+                              "would have produced" % (label(d), name, coro, place, exc, waits),
+                 "fix the %s%s; to fail fast instead of hanging, await the task (or `asyncio.gather(...)` it with "
+                 "the waiters, which raises its exception) or add a done callback that stops the loop "
+                 "(`task.add_done_callback(...)`)" % (exc.partition("(")[0], " in %s" % frame[2] if frame else ""),
+                 [d["pid"]], [])

@@ -1,0 +1,393 @@
+"""Every descriptor the runtime's threads and its exit path make (opens, folder listings, duplicates,
+pipes, sockets), at FLOOR and up, never at a number the program may reuse
+(docs/design.md#our-fds-sit-high). A program that closes a stale number (a double close) must never
+close one of ours, and we must never close a number the program may since have taken: a kernel
+gives every new descriptor the lowest free number, so ours would be the very one just freed.
+- Files read again and again (the watchdog's /proc/self/... files, cgroup counters) are opened once
+  per process (keep=True) and re-read with os.pread; a fork child opens its own.
+- A new descriptor (an open, pipe, memfd, socket) is made by libc through ctypes.PyDLL, which
+  keeps the GIL, and moved up in the same C call (_in_one_call): no Python code of the program runs
+  between the making and the close of its low number. Modules our threads import are read the
+  same way (imports._read_high), and so are source files for dumps (getlines, not linecache).
+- A duplicate of a program's fd is made high by the kernel (F_DUPFD_CLOEXEC): no low number at all.
+- A folder is listed with getdents64 on a high descriptor: os.listdir and os.scandir open and close
+  a low one, and let the program run in between.
+Without ctypes, and for a path that may be slow to open (on a network filesystem, or no plain file
+or folder: the GIL must not wait on it), the low number is closed only once a check says it still
+names what we opened (docs/design.md#our-fds-sit-high says what window remains).
+It imports nothing at module level but os and sys (it is never on the start-up path); its first
+use imports ctypes and fcntl: our threads call it first under threads.gated."""
+import os
+import sys
+
+from earlylog.runtime.state import HIGH_FD
+
+# Above the first numbers from HIGH_FD, where start-up puts each process's log file and console: a
+# fork child inherits the descriptors we keep and must still find its own place there.
+FLOOR = HIGH_FD + 64
+LOW_FLOOR = 10        # where the open-files limit is at or under FLOOR (sinks._high_fd does the same)
+MAX_KEPT = 64         # descriptors kept open for re-reading; past it a file is opened for each read
+F_DUPFD_CLOEXEC = 1030
+# Filesystems whose open may wait on a server or another process: opened with the GIL let go.
+REMOTE = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "lustre", "gpfs", "9p", "afs", "glusterfs",
+          "beegfs", "ncpfs", "coda", "davfs", "sshfs")
+_mounts = {}          # pid -> {(major, minor): filesystem type} from /proc/self/mountinfo
+_FAST = ("/proc/", "/sys/", "/dev/")  # in-memory filesystems: an open never waits, so it may keep the GIL
+_GETDENTS64 = {"x86_64": 217, "aarch64": 61}.get(os.uname().machine) if hasattr(os, "uname") else None
+_kept = {}            # path -> descriptor, opened by the process _kept_pid names
+_kept_pid = [None]
+_libc = []            # [(PyDLL, CDLL, ctypes) or None] once loaded
+_loading = []         # the threads importing ctypes now
+
+
+def _c():
+    """libc through ctypes (PyDLL keeps the GIL during a call, CDLL lets it go), or None."""
+    if not _libc:
+        import _thread
+        me = _thread.get_ident()
+        if me in _loading:
+            return None  # ctypes's own files, read while this thread imports it (imports._read_high)
+        _loading.append(me)  # another of our threads waits on the import's lock meanwhile
+        try:
+            if not sys.platform.startswith("linux"):
+                raise ImportError("Linux only")
+            import ctypes
+            if not _libc:  # another thread may have loaded it while this one waited for the import
+                _libc.append((ctypes.PyDLL(None, use_errno=True), ctypes.CDLL(None, use_errno=True), ctypes))
+        except (ImportError, OSError, AttributeError):
+            if not _libc:
+                _libc.append(None)
+        finally:
+            _loading.remove(me)
+    return _libc[0]
+
+
+def _error(ctypes, what=None):
+    code = ctypes.get_errno()
+    return OSError(code, os.strerror(code), what) if what else OSError(code, os.strerror(code))
+
+
+def _in_one_call(c, make, args, count=1):
+    """make(*args), a libc call (PyDLL: it keeps the GIL) that makes `count` new descriptors (returned,
+    or for count 2 written into args[0], as pipe2 does), then each one's duplicate at FLOOR or up
+    and the close of the low one: (make's result, its errno, [high duplicates or -1]). All of it in
+    one C call: zip pulls lazy maps, so no Python bytecode runs in between, the GIL is never let go,
+    and no Python code of the program (which could close a stale number, the new one) runs while a
+    low number is ours. A failed make leaves -1s: fcntl and close of -1 do nothing."""
+    import itertools
+    pydll, _, ctypes = c
+    for floor in (FLOOR, LOW_FLOOR):  # LOW_FLOOR where the open-files limit is at or under FLOOR
+        made = itertools.starmap(make, [args])
+        if count == 1:
+            first, low_a, low_b = itertools.tee(made, 3)
+            lows = [(low_a, low_b)]
+        else:
+            first, ends = made, args[0]
+            lows = [(map(ends.__getitem__, [i]), map(ends.__getitem__, [i])) for i in range(count)]
+        steps = [first, itertools.starmap(ctypes.get_errno, [()])]
+        for low_a, low_b in lows:
+            steps += [map(pydll.fcntl, low_a, [F_DUPFD_CLOEXEC], [floor]), map(pydll.close, low_b)]
+        done = next(zip(*steps))  # the one C call
+        result, err, highs = done[0], done[1], list(done[2::2])
+        if result < 0 or min(highs) >= 0:
+            return result, err, highs
+        for high in highs:
+            if high >= 0:
+                os.close(high)
+        if count == 2:
+            args[0][0] = args[0][1] = -1
+    return result, 24, highs  # EMFILE: no number free up there
+
+
+def _made(c, make, args, what=None):
+    """The high descriptor that make(*args) made (see _in_one_call); raises OSError."""
+    result, err, highs = _in_one_call(c, make, args)
+    if result < 0 or highs[0] < 0:
+        raise OSError(err, os.strerror(err), what) if what else OSError(err, os.strerror(err))
+    return highs[0]
+
+
+def dup(fd):
+    """A close-on-exec duplicate of fd (a program's, say) at FLOOR or up, made by the kernel there:
+    no low number at any moment. Raises OSError."""
+    import fcntl
+    try:
+        return fcntl.fcntl(fd, F_DUPFD_CLOEXEC, FLOOR)
+    except OSError as exc:
+        if exc.errno != 22:  # EINVAL: FLOOR is past the open-files limit
+            raise
+        return fcntl.fcntl(fd, F_DUPFD_CLOEXEC, LOW_FLOOR)
+
+
+def _identity(st):
+    return st.st_dev, st.st_ino
+
+
+def _lift_checked(low, want):
+    """The high duplicate of our new low descriptor, made without ctypes: the low one is closed only
+    while it still names want ((device, inode) of what we made), never once the program closed it
+    and took its number; the short window between that check and the close remains."""
+    try:
+        high = dup(low)
+    except OSError:
+        if _identity(os.fstat(low)) == want:
+            os.close(low)
+        raise
+    try:
+        ours = _identity(os.fstat(high)) == want
+    except OSError:
+        ours = False
+    if not ours:  # the program closed our number and opened its own there: ours is gone already
+        os.close(high)
+        raise OSError(9, "the program closed it")
+    try:
+        if _identity(os.fstat(low)) == want:
+            os.close(low)
+    except OSError:
+        pass
+    return high
+
+
+def _local(dev):
+    """Is device dev's filesystem a local one (ext4, xfs, overlay, tmpfs...)? Unknown: no."""
+    key = os.major(dev), os.minor(dev)
+    types = _mounts.get(os.getpid())
+    if types is None or key not in types:
+        types = _mounts[os.getpid()] = {}
+        for line in (read("/proc/self/mountinfo") or b"").decode("utf-8", "replace").splitlines():
+            fields, _, rest = line.partition(" - ")
+            fields, rest = fields.split(), rest.split()
+            if len(fields) > 2 and rest and ":" in fields[2]:
+                major, _, minor = fields[2].partition(":")
+                if major.isdigit() and minor.isdigit():
+                    types[int(major), int(minor)] = rest[0]
+    kind = types.get(key)
+    return kind is not None and kind not in REMOTE and not kind.startswith("fuse")
+
+
+def open(path, flags=os.O_RDONLY):
+    """A descriptor on path at FLOOR or up (close-on-exec; the caller closes it). Raises OSError."""
+    flags |= os.O_CLOEXEC
+    c, st = _c(), None
+    if c is not None and not path.startswith(_FAST):
+        # Elsewhere an open may wait (a FIFO for a writer, a network filesystem for its server):
+        # with the GIL held only a plain file or folder on a local filesystem.
+        import stat
+        st = os.stat(path)
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)) or not _local(st.st_dev):
+            c = None
+        flags |= os.O_NONBLOCK  # no wait on a device or FIFO put there since the stat
+    if c is not None:
+        return _made(c, c[0].open, (os.fsencode(path), flags), path)
+    want = _identity(st or os.stat(path))
+    return _lift_checked(os.open(path, flags), want)
+
+
+def pipe():
+    """(read end, write end), both at FLOOR or up and close-on-exec. Raises OSError."""
+    c = _c()
+    if c is None:
+        r, w = os.pipe()
+        want_r, want_w = _identity(os.fstat(r)), _identity(os.fstat(w))
+        try:
+            high_r = _lift_checked(r, want_r)
+        except OSError:
+            os.close(_lift_checked(w, want_w))
+            raise
+        try:
+            return high_r, _lift_checked(w, want_w)
+        except OSError:
+            os.close(high_r)
+            raise
+    ctypes = c[2]
+    ends = (ctypes.c_int * 2)(-1, -1)  # -1s, never 0 and 1, if pipe2 fails
+    result, err, highs = _in_one_call(c, c[0].pipe2, (ends, os.O_CLOEXEC), 2)
+    if result < 0 or min(highs) < 0:
+        raise OSError(err, os.strerror(err))
+    return highs[0], highs[1]
+
+
+def memfd(name):
+    """An anonymous file (memfd_create) at FLOOR or up, close-on-exec. Raises OSError."""
+    c = _c()
+    if c is None or not hasattr(c[0], "memfd_create"):
+        low = os.memfd_create(name, os.MFD_CLOEXEC)
+        return _lift_checked(low, _identity(os.fstat(low)))
+    return _made(c, c[0].memfd_create, (os.fsencode(name), 1))  # MFD_CLOEXEC
+
+
+def socket(family, kind):
+    """A new socket.socket(family, kind) whose descriptor sits at FLOOR or up. Raises OSError."""
+    import socket as _socket
+    c = _c()
+    if c is None:
+        low = _socket.socket(family, kind).detach()
+        fd = _lift_checked(low, _identity(os.fstat(low)))
+    else:
+        fd = _made(c, c[0].socket, (int(family), int(kind) | 0o2000000, 0))  # SOCK_CLOEXEC
+    try:
+        return _socket.socket(family, kind, fileno=fd)
+    except (OSError, ValueError):
+        os.close(fd)
+        raise
+
+
+def socket_of(fd):
+    """A socket.socket on a high duplicate of a program's socket fd (closing it leaves fd alone),
+    for getsockopt and its peers. Raises OSError."""
+    import _socket
+    high = dup(fd)
+    try:
+        return _socket.socket(fileno=high)
+    except (OSError, ValueError):
+        os.close(high)
+        raise
+
+
+def _read_at(fd, limit):
+    chunks, size = [], 0
+    while size < limit:
+        chunk = os.pread(fd, min(65536, limit - size), size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _kept_fd(path):
+    """The kept descriptor on path, opened on first use; None once MAX_KEPT are open."""
+    pid = os.getpid()
+    if _kept_pid[0] != pid:
+        # A fork child: /proc/self/... opened by the parent names the parent. The copies are ours
+        # (high numbers, inherited), so closing them here is safe.
+        for fd in _kept.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        _kept.clear()
+        _kept_pid[0] = pid
+    fd = _kept.get(path)
+    if fd is None and len(_kept) < MAX_KEPT:
+        fd = _kept[path] = open(path)
+    return fd
+
+
+def _drop(path):
+    fd = _kept.pop(path, None)
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def read(path, limit=1 << 20, keep=False):
+    """The first `limit` bytes of a file, or None when it cannot be read. keep: a file read again
+    and again (it stays open, and a thread's file that fails, the thread gone, is opened afresh
+    once: its id may be a new thread's)."""
+    if keep:
+        for _attempt in (1, 2):
+            try:
+                fd = _kept_fd(path)
+            except OSError:
+                return None
+            if fd is None:
+                break  # MAX_KEPT reached: read it the short way
+            try:
+                return _read_at(fd, limit)
+            except OSError:
+                _drop(path)
+        else:
+            return None
+    try:
+        fd = open(path)
+    except OSError:
+        return None
+    try:
+        return _read_at(fd, limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def read_file(path):
+    """The whole file's bytes, as importlib's loaders read a module (their get_data); raises OSError."""
+    fd = open(path)
+    try:
+        return _read_at(fd, 1 << 62)
+    finally:
+        os.close(fd)
+
+
+def forget(folder, names):
+    """Close the kept descriptors under folder/<name>/ for every name not in names (threads gone)."""
+    prefix = folder.rstrip("/") + "/"
+    for path in [p for p in _kept if p.startswith(prefix)]:
+        if path[len(prefix):].partition("/")[0] not in names:
+            _drop(path)
+
+
+def listdir(path):
+    """os.listdir(path) through a high descriptor (getdents64). Raises OSError as os.listdir does."""
+    c = _c()
+    if c is None or _GETDENTS64 is None:
+        return os.listdir(path)
+    _, cdll, ctypes = c
+    fd = open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        size = 32768
+        buf = ctypes.create_string_buffer(size)
+        names = []
+        while True:
+            n = cdll.syscall(_GETDENTS64, fd, buf, size)  # CDLL lets the GIL go: fd is ours, high
+            if n < 0:
+                raise _error(ctypes, path)
+            if n == 0:
+                return names
+            raw, pos = buf.raw[:n], 0
+            while pos < n:
+                reclen = int.from_bytes(raw[pos + 16:pos + 18], sys.byteorder)
+                name = raw[pos + 19:raw.index(b"\0", pos + 19)]
+                if name not in (b".", b".."):
+                    names.append(os.fsdecode(name))
+                pos += reclen
+    finally:
+        os.close(fd)
+
+
+def getlines(filename):
+    """linecache.getlines(filename), the file read through a high descriptor: linecache opens it at
+    the lowest free number and lets the program run until it closes it. Fills linecache's cache as
+    linecache.updatecache would (the program's tracebacks share it); [] where it cannot."""
+    import linecache
+    entry = linecache.cache.get(filename)
+    if entry is not None and len(entry) != 1:  # a 1-tuple is a lazy entry: linecache would open
+        return entry[2]
+    if not filename or filename.startswith("<") and filename.endswith(">"):
+        return []
+    for fullname in [filename] + ([os.path.join(d, filename) for d in sys.path if isinstance(d, str)]
+                                  if not os.path.isabs(filename) else []):
+        try:
+            st = os.stat(fullname)
+        except (OSError, ValueError):
+            continue
+        data = read(fullname, st.st_size + 1)
+        if data is None:
+            return []
+        try:
+            import io
+            import tokenize
+            buffer = io.BytesIO(data)
+            encoding = tokenize.detect_encoding(buffer.readline)[0]
+            buffer.seek(0)
+            lines = io.TextIOWrapper(buffer, encoding, line_buffering=True).readlines()
+        except (SyntaxError, UnicodeDecodeError, LookupError):
+            return []
+        if lines and not lines[-1].endswith("\n"):
+            lines[-1] += "\n"
+        linecache.cache[filename] = st.st_size, st.st_mtime, lines, fullname
+        return lines
+    return []

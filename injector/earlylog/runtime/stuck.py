@@ -1,0 +1,309 @@
+"""Threads that stopped making progress while other threads print (docs/watchdog.md#progress),
+loaded by runtime/progress.py in the watchdog thread. At each beat it looks at every program
+thread: one made no progress since the last look when its stack signature (each frame's code
+object and last instruction) is the same AND the kernel ran it not once (/proc/self/task/<tid>/
+schedstat's timeslice count): a blocked futex, recv or waitpid never runs, a poll loop's sleep
+wakes, a computation runs. One that made none for EARLYLOG_STALL seconds while it waits on a
+partner (a lock, a queue, a socket, a child, a future) and is not parked waiting for work (a
+server, a worker's queue, an event loop) gets a `stall:` line and a dump, while the process is not
+silent (silence is the watchdog's own rule); so does a training loop with no step for
+several times its slowest recent interval (runtime/progress.py). It must never pause a thread nor run the program's
+code: it reads sys._current_frames(), frame slots, a Thread's instance dict and cheap /proc files
+only; what it imports (kstate, waits, peers, stacks) it imports under threads.gated."""
+import os
+import sys
+import time
+from _thread import get_ident
+
+from earlylog.runtime import threads as our_threads
+
+MAX_FRAMES = 40     # frames in a stack signature, as in a dump
+GROWTH_CAP = 3600.0  # a stall is told again at S, 2S, 4S ... of it, at least once an hour after
+BUSY = 0.2          # share of a core the other threads or children use: work in progress, not a stall
+try:
+    _TICKS = os.sysconf("SC_CLK_TCK")  # /proc/<pid>/stat's unit of CPU time
+except (AttributeError, ValueError, OSError):
+    _TICKS = 100
+# System calls a thread blocked on a partner sits in (runtime/kstate.py's names): not `sleep`
+# (a pause of its own), `signal` (a service waiting for SIGTERM) or `accept` (a server's idle).
+PARTNER = ("futex", "read", "write", "poll", "connect", "wait", "waitid", "flock", "fcntl", "open")
+_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # earlylog's own frames
+_LIBRARY = ("/site-packages/", "/dist-packages/", "<frozen")
+# Where a thread parks between pieces of work (read/idle.py's list, by file and function; and a
+# server's accept() with a timeout, which polls) and the frames that may be inside it: the waiting.
+_WORK = (("socketserver.py", "serve_forever"), ("socket.py", "accept"), ("grpc/_server.py", "wait_for_termination"),
+         ("concurrent/futures/thread.py", "_worker"), ("concurrent/futures/process.py", "_process_worker"),
+         ("multiprocessing/pool.py", "worker"), ("torch/utils/data/_utils/worker.py", "_worker_loop"),
+         ("ray/_private/worker.py", "main_loop"), ("multiprocessing/resource_tracker.py", "main"),
+         ("multiprocessing/forkserver.py", "main"))
+_QUEUES = ("queue.py", "multiprocessing/queues.py")
+_PLUMBING = ("selectors.py", "threading.py", "queue.py", "socket.py", "multiprocessing/queues.py",
+             "multiprocessing/connection.py", "multiprocessing/synchronize.py")
+
+
+# --- the look at each beat -------------------------------------------------------------------
+
+class _Seen:
+    """One thread as last looked at: stack signature, timeslices run, since when both stood still,
+    the verdict on its wait (None: not judged yet; '' : not a stall), and for a wait on child
+    processes, their pids and CPU time: a child that computes is the work going on."""
+    __slots__ = ("sig", "runs", "since", "verdict", "children")
+
+    def __init__(self, sig, runs, since):
+        self.sig, self.runs, self.since, self.verdict, self.children = sig, runs, since, None, None
+
+
+class Tracker:
+    """The bookkeeping of one process's watchdog: the threads' last looks and the open episode."""
+
+    def __init__(self, watchdog):
+        self.watchdog = watchdog
+        self.pid = os.getpid()
+        self.stall = watchdog.stall
+        self.seen = {}          # ident -> _Seen
+        self.episode = None     # [idents stuck, since (monotonic), next dump at (seconds), steps judged]
+
+    def check(self, now, silent, beats):
+        """beats: progress.heartbeat()'s answer, or None while steps are not judged."""
+        stuck = self._look(now, not silent)
+        if silent:
+            # The silence rule has the process; its `over` line, when output resumes, ends the
+            # report's stall, so a thread still stuck then is told again.
+            self.episode = None
+            return
+        late = beats is not None and beats[0] >= beats[2]
+        episode = self.episode
+        if episode is not None:
+            held = [ident for ident in episode[0] if ident in stuck]
+            if not held and not (episode[3] and late):
+                self._over(now - episode[1])
+                self.episode = None
+            elif now - episode[1] >= episode[2]:
+                episode[2] += min(episode[2], GROWTH_CAP)
+                self._tell(now, stuck, beats if late else None, again=True)
+            return
+        if stuck or late:
+            self._tell(now, stuck, beats if late else None)
+
+    def _look(self, now, judge):
+        """{ident: _Seen} of the program's threads stuck on a partner for a whole stall (judged only
+        when `judge`: a silent process is the silence rule's)."""
+        frames = sys._current_frames()
+        tids = _kernel_ids()
+        me = get_ident()
+        seen, stuck = {}, {}
+        for ident, frame in frames.items():
+            tid = tids.get(ident)
+            if ident == me or tid is None or our_threads.name_of(ident) is not None:
+                continue
+            sig, runs = _signature(frame), _runs(tid)
+            old = self.seen.get(ident)
+            if old is None or old.sig != sig or old.runs != runs or runs is None:
+                seen[ident] = _Seen(sig, runs, now)
+                continue
+            seen[ident] = old
+            if old.children is not None:
+                if _cpu(old.children[0]) != old.children[1]:
+                    seen[ident] = _Seen(sig, runs, now)  # the children it waits for work on
+                    continue
+                old.children[2] = True  # they used no CPU over a whole beat either
+            if judge and now - old.since >= self.stall:
+                if old.verdict is None:
+                    old.verdict, old.children = our_threads.gated(_judge, ident, tid, frame)
+                if old.verdict and (old.children is None or old.children[2]):
+                    stuck[ident] = old
+        self.seen = seen
+        return stuck
+
+    def _tell(self, now, stuck, beats, again=False):
+        """The `stall:` line and a dump, unless the other threads compute (work in progress)."""
+        wd = self.watchdog
+        kids = _children()
+        before, began = _cpu(kids), time.monotonic()
+        # The CPU sample sleeps: outside the gate, so no fork waits for it (watchdog.stall_dump).
+        shares, whole = our_threads.gated(_stacks).cpu_shares()
+        took = max(time.monotonic() - began, 0.01)
+        used = sum(b - a for a, b in zip(before, _cpu(kids)) if a is not None and b is not None)
+        tids = _kernel_ids()
+        mine = {tids.get(ident) for ident in stuck}
+        others = sum(share for tid, share in shares.items() if tid not in mine) + used / _TICKS / took
+        if stuck and beats is None and others >= BUSY:
+            return  # a thread waits while other threads or child processes compute: work going on
+        main = our_threads.main_ident()
+        parts = []
+        if beats is not None:
+            parts.append("no training step for %.0f s (%ss came every ~%s s before; last %s %d)" % (
+                beats[0], beats[4], _secs(beats[1]), beats[4], beats[3]))
+        if stuck:
+            first = min(stuck, key=lambda ident: (ident != main, stuck[ident].since))
+            more = len(stuck) - 1
+            from earlylog.runtime import phases
+            phase = phases.describe(first)
+            parts.append("thread %s made no progress for %.0f s while other threads kept printing; %s%s%s" % (
+                _name(first, main), now - stuck[first].since, stuck[first].verdict,
+                " (phase %s)" % phase if phase else "",
+                " (and %d more thread%s)" % (more, "" if more == 1 else "s") if more else ""))
+        if not stuck and whole >= BUSY:
+            parts.append("busy: CPU time still rising (%d%% of a core), computing rather than hung"
+                         % round(whole * 100))
+        since = min([s.since for s in stuck.values()] + ([now - beats[0]] if beats is not None else []))
+        if self.episode is None:
+            self.episode = [set(stuck), since, now - since, beats is not None]
+            self.episode[2] += min(self.episode[2], GROWTH_CAP)
+        # A computing process with no thread stuck (a long evaluation, a checkpoint) is no alarm
+        # beside its own output: its line stays in the log.
+        wd._quiet("stall", "%s; stacks in %s" % ("; ".join(parts), wd.logger.path or "the console"),
+                  console=True if stuck or whole < BUSY else None)
+        our_threads.gated(wd._dump, "stall after %.0f s without progress%s" % (
+            now - since, " (again)" if again else ""), shares)
+
+    def _over(self, seconds):
+        self.watchdog._quiet("stall", "over: progress again after %.0f s" % seconds)
+
+
+def _stacks():
+    """The stacks module (with kstate, which its CPU sample reads with), imported under threads.gated."""
+    from earlylog.runtime import kstate, stacks  # noqa: F401
+    return stacks
+
+
+def _secs(s):
+    return "%.1f" % s if s < 10 else "%.0f" % s
+
+
+def _kernel_ids():
+    """{ident: kernel tid} of the main thread and the program's threading.Threads, read from
+    threading's own table (copied whole: no lock taken) and each Thread's instance dict."""
+    out = our_threads.native_ids()
+    threading = sys.modules.get("threading")
+    active = vars(threading).get("_active") if threading is not None else None
+    if type(active) is dict:
+        for ident, thread in dict(active).items():
+            try:
+                tid = vars(thread).get("_native_id")
+            except TypeError:
+                continue
+            if type(tid) is int:
+                out.setdefault(ident, tid)
+    return out
+
+
+def _signature(frame):
+    sig = []
+    while frame is not None and len(sig) < MAX_FRAMES:
+        sig.append((id(frame.f_code), frame.f_lasti))
+        frame = frame.f_back
+    return tuple(sig)
+
+
+def _runs(tid):
+    """How many timeslices the kernel has run this thread (schedstat's third field), else its
+    context switches; None when neither can be read."""
+    raw = our_threads.read("/proc/self/task/%d/schedstat" % tid, 256)
+    fields = raw.split() if raw else ()
+    if len(fields) >= 3:
+        return int(fields[2])
+    raw = our_threads.read("/proc/self/task/%d/status" % tid, 4096)
+    if not raw:
+        return None
+    return sum(int(line.split()[1]) for line in raw.splitlines() if b"ctxt_switches:" in line)
+
+
+def _library(path):
+    return path.startswith(_OWN) or any(word in path for word in _LIBRARY) or "/lib/python" in path
+
+
+def _is(path, suffix):
+    return path.endswith("/" + suffix) or path == suffix
+
+
+def _name(ident, main):
+    thread = vars(sys.modules["threading"]).get("_active", {}).get(ident) if "threading" in sys.modules else None
+    try:
+        name = vars(thread).get("_name") if thread is not None else None
+    except TypeError:
+        name = None
+    return name if type(name) is str else "MainThread" if ident == main else "0x%x" % ident
+
+
+def _judge(ident, tid, frame):
+    """(`waiting for lock _lock at train.py:12 in load`, None) for a thread blocked on a partner,
+    or ('', None) for one that is not a stall: a sleep, a library's own helper thread, a thread
+    parked waiting for work (a server, a pool worker, a worker's queue), an event loop (its tasks
+    say), a join (the joined thread is judged itself), a main thread parked at its top level (a
+    service), a wait for children that run earlylog (their own watchdogs judge them). For a wait
+    on other children, the second item is (their pids, their CPU time): while it rises, they work."""
+    from earlylog.runtime import kstate, peers
+    call = kstate.syscall(tid)
+    if call is None or call[0] not in PARTNER:
+        return "", None
+    stack = []
+    f = frame
+    while f is not None and len(stack) < MAX_FRAMES:
+        stack.append((f.f_code.co_filename, f.f_code.co_name, f.f_lineno))
+        f = f.f_back
+    main = ident == our_threads.main_ident()
+    users = [i for i, (path, _func, _line) in enumerate(stack) if not _library(path)]
+    if not users and not main:
+        return "", None
+    inner = stack[:users[0]] if users else stack
+    if _parked(stack, inner, main, users):
+        return "", None
+    children, logged, _printed = peers.waited_children(tid, frame)
+    if logged:
+        return "", None
+    user = stack[users[0]] if users else stack[0]
+    return "%s at %s:%d in %s" % (_waiting(frame, tid), os.path.basename(user[0]), user[2], user[1]), \
+        [children, _cpu(children), False] if children else None
+
+
+def _children():
+    """The pids of this process's child processes (/proc/self/task/<tid>/children)."""
+    pids = []
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return []
+    for tid in tids:
+        pids += [int(w) for w in (our_threads.read("/proc/self/task/%s/children" % tid, 65536) or b"").split()]
+    return pids[:256]
+
+
+def _cpu(pids):
+    """Clock ticks of CPU the processes and their waited-for children used (None for one gone)."""
+    out = []
+    for pid in pids:
+        fields = (our_threads.read("/proc/%d/stat" % pid, 1024) or b"").rpartition(b")")[2].split()
+        out.append(sum(int(f) for f in fields[11:15]) if len(fields) >= 15 else None)
+    return out
+
+
+def _parked(stack, inner, main, users):
+    plumbing = lambda frames: all(any(_is(p, s) for s in _PLUMBING) for p, _f, _l in frames)  # noqa: E731
+    for i, (path, func, _line) in enumerate(stack):
+        if any(func == name and _is(path, suffix) for suffix, name in _WORK) and plumbing(stack[:i]):
+            return True  # a server or a pool's worker between pieces of work
+        if not main and func == "get" and any(_is(path, q) for q in _QUEUES) and plumbing(stack[:i]):
+            return True  # a thread draining a queue waits for work
+    if any(func == "_run_once" and _is(path, "asyncio/base_events.py") for path, func, _l in stack):
+        return True  # an event loop: its tasks tell what it waits for
+    if inner and all(_is(p, "threading.py") for p, _f, _l in inner) and \
+            any(f in ("join", "_wait_for_tstate_lock") for _p, f, _l in inner):
+        return True  # a join: the joined thread is judged by its own progress
+    if main and users and stack[users[0]][1] == "<module>" and inner and \
+            all(_is(p, "threading.py") for p, _f, _l in inner) and inner[-1][1] == "wait":
+        return True  # a main thread parked on an event at its top level: a service told to stop
+    return False
+
+
+def _waiting(frame, tid):
+    """`waiting for lock cache_lock`, `waiting for queue batches (get)`, or the kernel's words."""
+    from earlylog.runtime import kstate, waits
+    found = waits.waited(frame)
+    if found is not None:
+        kind, name, call = found
+        if kind == "join":
+            return "joining a thread"
+        return "waiting for %s %s%s" % (kind, name or "?", " (%s)" % call if kind == "queue" else "")
+    words = kstate.describe(tid)
+    return words[len("blocked: "):].split(" [kernel")[0] if words.startswith("blocked: ") else words or "blocked"

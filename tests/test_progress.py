@@ -1,0 +1,352 @@
+"""Stuck while noisy: a thread that stopped making progress, or a training loop with no step, gets
+its stall line, dump and cause even while other threads print the whole time (a telemetry thread,
+a progress bar's refresh thread); and busy loops, idle servers, poll loops, a slow first step and
+`import torch` beside a chatty thread get none. Real programs, read back with `earlylog report`."""
+import re
+import subprocess
+import textwrap
+import time
+
+import pytest
+
+from support import (PYTHON, TIMEOUT, clean_env, earlylog, kill_tree, log_files, python_3, read, report_json,
+                     run_python, script, wait_for)
+
+STALL = 1
+# A thread that prints a line every 0.3 s all the time the program runs.
+CHATTY = """
+    import sys, threading, time
+    def telemetry():
+        n = 0
+        while True:
+            n += 1
+            print("telemetry: step time 0.3 s, gpu util 0%%, line %d" % n, flush=True)
+            time.sleep(0.3)
+    threading.Thread(target=telemetry, name="telemetry", daemon=True).start()
+    """
+
+
+def start(path, logdir, python=PYTHON, **env):
+    """A real program with the console on (its stderr kept), in its own session."""
+    full = clean_env(EARLYLOG=1, EARLYLOG_DIR=logdir, EARLYLOG_STALL=STALL, EARLYLOG_NATIVE=0, **env)
+    return subprocess.Popen([python, path], env=full, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+
+
+def stall_lines(logdir):
+    return [line for f in log_files(logdir) for line in read(f).splitlines() if " stall: " in line]
+
+
+def stuck_report(logdir, proc, dumps=1):
+    """The JSON and text reports once `dumps` stall dumps are written while the program prints,
+    then again after the whole tree is killed with SIGKILL (the story must stay)."""
+    began = time.monotonic()
+    try:
+        wait_for(lambda: sum(read(f).count("dump: stall") for f in log_files(logdir)) >= dumps, timeout=30)
+        took = time.monotonic() - began
+        live = report_json(logdir), earlylog("report", logdir)
+    finally:
+        kill_tree(proc)
+    return live, report_json(logdir), took
+
+
+def flat(text):
+    return " ".join(text.split())
+
+
+LOCKED = CHATTY + """
+    lock = threading.Lock()
+    def prefetch():
+        lock.acquire()
+        threading.Event().wait()
+    threading.Thread(target=prefetch, name="prefetch", daemon=True).start()
+    time.sleep(0.2)
+    def load_shards():
+        with lock:
+            print("loaded")
+    load_shards()
+    """
+
+
+def test_a_main_thread_stuck_on_a_lock_while_telemetry_prints_gets_its_dump_and_the_lock_cause(tmp_path, logdir):
+    proc = start(script(tmp_path, LOCKED, "train.py"), logdir)
+    (rep, res), after, took = stuck_report(logdir, proc)
+    assert took < 10 * STALL + 8  # a few stall periods after the start (the interpreter's start-up included)
+    line = stall_lines(logdir)[0]
+    assert "stall: thread MainThread made no progress for" in line and "while other threads kept printing" in line
+    assert "waiting for lock lock at train.py:18 in load_shards" in line
+    cause = next(c for c in rep["causes"] if c["kind"] == "lock")
+    assert "waits for lock `lock` in load_shards at train.py:18" in flat(cause["text"])
+    assert "thread prefetch holds it" in flat(cause["text"]) and "prefetch at train.py:13" in flat(cause["text"])
+    assert "release" in cause["next"]
+    (p,) = rep["processes"]
+    assert p["state"] == "stalled" and "while other threads kept printing" in p["summary"]
+    assert "load_shards at train.py:18" in p["summary"]
+    assert flat(cause["text"]) in flat(res.stdout)
+    # Killed while stuck: not "vanished" alone; the stall and its cause stay.
+    (p,) = after["processes"]
+    assert "it had stalled" in p["summary"] and "load_shards at train.py:18" in p["summary"]
+    assert any(c["kind"] == "lock" for c in after["causes"])
+    # The stall line reached the console, among the telemetry lines.
+    err = proc.stderr.read().decode("utf-8", "replace")
+    assert "stall: thread MainThread made no progress" in err
+
+
+@pytest.mark.parametrize("minor", [9, 13])
+def test_the_stuck_thread_is_told_on_other_pythons(tmp_path, logdir, minor):
+    """Frames, last instructions and lock waits differ by version; the rule must not."""
+    exe = python_3(minor)
+    if exe is None:
+        pytest.skip("python3.%d is not on this machine" % minor)
+    from earlylog.cli import launch
+    proc = start(script(tmp_path, LOCKED, "train.py"), logdir, python=exe,
+                 PYTHONPATH=launch.variables({})["PYTHONPATH"])
+    (rep, _res), _after, _took = stuck_report(logdir, proc)
+    assert "Python 3.%d" % minor in read(log_files(logdir)[0])
+    assert "waiting for lock lock at train.py:18 in load_shards" in stall_lines(logdir)[0]
+    assert any(c["kind"] == "lock" and "thread prefetch holds it" in flat(c["text"]) for c in rep["causes"])
+
+
+def test_a_future_nobody_sets_beside_a_tqdm_bar_updated_by_a_thread_is_named(tmp_path, logdir):
+    pytest.importorskip("tqdm")
+    proc = start(script(tmp_path, """
+    import concurrent.futures, sys, threading, time
+    from tqdm import tqdm
+    bar = tqdm(total=100000, file=sys.stderr, mininterval=0, ascii=True)
+    def download():
+        while True:
+            bar.update(1)
+            time.sleep(0.1)
+    threading.Thread(target=download, name="download", daemon=True).start()
+    reply = concurrent.futures.Future()
+    def fetch_config():
+        return reply.result()
+    fetch_config()
+    """, "fetch.py"), logdir)
+    (rep, _res), _after, _took = stuck_report(logdir, proc)
+    assert "waiting for future reply at fetch.py:12 in fetch_config" in stall_lines(logdir)[0]
+    cause = next(c for c in rep["causes"] if c["kind"] == "future-unset")
+    assert "waits in result() at fetch.py:12" in flat(cause["text"]) and "set_result()" in cause["next"]
+
+
+def test_a_reply_that_never_comes_while_a_heartbeat_thread_prints_names_the_peer(tmp_path, logdir):
+    proc = start(script(tmp_path, CHATTY + """
+    import socket
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()  # it never accepts: the connection is made, no reply ever comes
+    def fetch_weights():
+        conn = socket.create_connection(server.getsockname())
+        conn.sendall(b"GET /weights\\r\\n")
+        return conn.recv(1024)
+    fetch_weights()
+    """, "client.py"), logdir)
+    (rep, _res), _after, _took = stuck_report(logdir, proc)
+    assert "made no progress" in stall_lines(logdir)[0] and "fetch_weights" in stall_lines(logdir)[0]
+    cause = next(c for c in rep["causes"] if c["kind"] == "network")
+    assert "has been waiting for a reply from 127.0.0.1:" in cause["text"] and "fetch_weights at client.py" in \
+        cause["text"]
+    assert "timeout" in cause["next"]
+
+
+def test_a_rich_progress_bar_refreshing_beside_a_lock_taken_twice_is_named(tmp_path, logdir):
+    pytest.importorskip("rich")
+    proc = start(script(tmp_path, """
+    import threading
+    from rich.console import Console
+    from rich.progress import Progress
+    lock = threading.Lock()
+    lock.acquire()
+    with Progress(console=Console(force_terminal=True), refresh_per_second=10) as progress:
+        task = progress.add_task("training", total=100)
+        progress.update(task, advance=3)
+        def save():
+            with lock:
+                pass
+        save()
+    """, "bar.py"), logdir)
+    (rep, _res), _after, _took = stuck_report(logdir, proc)
+    assert "thread MainThread made no progress" in stall_lines(logdir)[0]
+    cause = next(c for c in rep["causes"] if c["kind"] == "lock")
+    assert "which it already holds" in cause["text"] and "RLock" in cause["next"]
+
+
+def test_a_training_loop_whose_step_hangs_while_a_thread_prints_says_no_training_step(tmp_path, logdir):
+    proc = start(script(tmp_path, CHATTY + """
+    import torch
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randn(64, 1)),
+                                       batch_size=4)
+    checkpoint_done = threading.Event()
+    for step, (x, y) in enumerate(data):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        time.sleep(0.05)
+        if step == 5:
+            checkpoint_done.wait()
+    """, "train.py"), logdir)
+    (rep, res), _after, _took = stuck_report(logdir, proc)
+    line = stall_lines(logdir)[0]
+    assert re.search(r"stall: no training step for \d+ s \(steps came every ~[\d.]+ s before; last step 6\)", line)
+    (p,) = rep["processes"]
+    assert p["state"] == "stalled"
+    assert re.search(r"no training step for [\d.]+ s \(steps came every ~[\d.]+ s before; last step 6\), "
+                     r"in <module> at train.py:24", p["summary"]), p["summary"]
+    assert "no training step for" in res.stdout
+
+
+# --- no false alarm: each runs beside a chatty thread, ends by itself, and is told nothing --------
+
+HEALTHY = {
+    "busy loop": """
+        end = time.time() + 6
+        n = 0
+        while time.time() < end:
+            n += 1
+        """,
+    "idle socket server": """
+        import socket
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        def client():
+            time.sleep(6)
+            socket.create_connection(server.getsockname()).close()
+        threading.Thread(target=client, daemon=True).start()
+        conn, _ = server.accept()
+        conn.close()
+        """,
+    "sleeping poll loop": """
+        import os
+        end = time.time() + 6
+        while time.time() < end and not os.path.exists("/nonexistent/ready"):
+            time.sleep(0.5)
+        """,
+    "slow first step": """
+        import torch
+        model = torch.nn.Linear(128, 128)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        a = torch.randn(128, 128)
+        end = time.time() + 6  # loading and compiling: computing before the first step
+        while time.time() < end:
+            a = (a @ a).tanh()
+        for step in range(20):
+            loss = model(torch.randn(4, 128)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            time.sleep(0.05)
+        """,
+    "training, then a slow upload after the last epoch": """
+        import torch
+        model = torch.nn.Linear(8, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(40, 8), torch.randn(40, 1)),
+                                           batch_size=4)
+        for epoch in range(2):
+            for x, y in data:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                time.sleep(0.05)
+        time.sleep(5)  # uploading the checkpoint: no step is due any more
+        """,
+    "child computing": """
+        import os, subprocess, sys
+        env = {k: v for k, v in os.environ.items() if not k.startswith("EARLYLOG")}
+        subprocess.run([sys.executable, "-c", "import time\\nend = time.time() + 6\\nwhile time.time() < end: pass"],
+                       env=env, check=True)
+        """,
+    "process pool computing": """
+        import concurrent.futures, multiprocessing
+        def crunch(n):
+            end = time.time() + 5
+            while time.time() < end:
+                n += 1
+            return n
+        if __name__ == "__main__":
+            context = multiprocessing.get_context("spawn")
+            with concurrent.futures.ProcessPoolExecutor(2, mp_context=context) as pool:
+                print(list(pool.map(crunch, range(2))))
+        """,
+    "import torch": """
+        import torch
+        time.sleep(2)
+        """,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HEALTHY))
+def test_healthy_programs_beside_a_chatty_thread_get_no_stall_line_and_no_cause(tmp_path, logdir, kind):
+    res = run_python([script(tmp_path, textwrap.dedent(CHATTY) + textwrap.dedent(HEALTHY[kind]))], logdir,
+                     env={"EARLYLOG_STALL": STALL, "EARLYLOG_NATIVE": 0}, timeout=TIMEOUT)
+    assert res.returncode == 0, res.err[-2000:]
+    # Its own log: a spawned pool's helpers (multiprocessing's resource tracker) are silent processes.
+    assert " stall: " not in res.err and [line for line in stall_lines(logdir) if " script stall: " in line] == []
+    rep = report_json(logdir)
+    assert rep["causes"] == [] and {p["state"] for p in rep["processes"]} == {"exited"}
+
+
+def test_a_thread_that_moves_again_ends_the_stall(tmp_path, logdir):
+    """A wait that ends (a lock released after a few stalls) writes `stall: over`, and the report
+    no longer calls the process stalled while it prints on."""
+    proc = start(script(tmp_path, CHATTY + """
+    lock = threading.Lock()
+    lock.acquire()
+    threading.Timer(4, lock.release).start()
+    with lock:
+        print("got it", flush=True)
+    time.sleep(60)
+    """), logdir)
+    try:
+        wait_for(lambda: any("stall: over: progress again" in line for line in stall_lines(logdir)), timeout=30)
+        assert [p["state"] for p in report_json(logdir)["processes"]] == ["running"]
+    finally:
+        kill_tree(proc)
+
+
+# --- the reader's side, fed a log written line by line ------------------------------------------
+
+def _noisy_log(folder, over=False):
+    from support import thread, write
+    main = thread("MainThread", "0x1", [("/app/train.py", 12, "load", "with cache_lock:"),
+                                        ("/app/train.py", 30, "<module>", "load()")], main=True, daemon=False,
+                  notes=["waits for: lock cache_lock (threading.Lock at 0x7f00)",
+                         "held by: thread prefetch (ident 0x2); acquire() at /app/train.py:5 in prefetch, "
+                         "not released since"])
+    other = thread("prefetch", "0x2", [("/app/train.py", 6, "prefetch", "done.wait()")])
+    events = [(0, "start", "pid 40 (parent 1) argv python train.py; log x (via pth, earlylog 0.1.0 at /opt/earlylog, "
+                           "Python 3.11.7)", ()),
+              (3, "stall", "thread MainThread made no progress for 2 s while other threads kept printing; waiting "
+                           "for lock cache_lock at train.py:12 in load; stacks in x", ()),
+              (3.1, "dump", "stall after 2 s without progress (2 threads)", main + other)]
+    events += [(3.5 + i, "out", "telemetry: gpu util 0%", ()) for i in range(20)]
+    if over:
+        events.append((24, "stall", "over: progress again after 23 s", ()))
+    write(folder, 40, events, "train")
+
+
+def test_the_reader_keeps_a_stall_told_while_others_print_open_through_their_output(tmp_path):
+    from earlylog.read import logread, verdict
+    from support import T0
+    _noisy_log(tmp_path)
+    rep = verdict.judge(logread.read(str(tmp_path)), now=T0 + 30)
+    (p,) = rep["processes"]
+    assert p["state"] == "stalled" and p["idle"] is None
+    # From the thread's last move (its line at 3 s, 2 s into the stall) to the last line (22.5 s).
+    assert p["summary"].startswith("stalled for 22 s in load at train.py:12, while other threads kept printing "
+                                   "(thread MainThread made no progress)"), p["summary"]
+    (cause,) = [c for c in rep["causes"] if c["kind"] == "lock"]
+    assert "thread prefetch holds it" in cause["text"]
+
+
+def test_its_over_line_ends_it(tmp_path):
+    from earlylog.read import logread, verdict
+    from support import T0
+    _noisy_log(tmp_path, over=True)
+    rep = verdict.judge(logread.read(str(tmp_path)), now=T0 + 30)
+    assert [p["state"] for p in rep["processes"]] == ["unknown"] and rep["causes"] == []

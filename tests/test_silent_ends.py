@@ -1,0 +1,346 @@
+"""Work that ends without a word, each from a real program: os._exit() called from a thread,
+sys.exit() in a thread while the main thread waits for its work, the last flush of stdout failing
+because its reader went away (status 120), a child killed by SIGKILL while its parent waits for it,
+and a thread that keeps failing to connect and sleeping between tries (quiet, and logging every
+failure while another thread prints). Each asserts the report's sentence and its next step; and
+the look-alikes that are no trouble stay so: a supervisor that kills its child on purpose, a
+sleeping poll loop whose connects succeed."""
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+from support import (PYTHON, clean_env, earlylog, kill_tree, log_files, python_3, read, report_json, run_both, script,
+                     start, wait_for, wait_log)
+
+
+def causes(rep, kind):
+    return [c for c in rep["causes"] if c["kind"] == kind]
+
+
+def flat(text):
+    return " ".join(text.split())
+
+
+def test_os_exit_from_a_thread_gets_a_verdict_line_with_the_thread_and_the_main_threads_place(tmp_path, logdir):
+    path = script(tmp_path, """
+        import os, threading, time
+        def loader():
+            time.sleep(0.2)
+            os._exit(0)  # gives up: ends the whole process
+        threading.Thread(target=loader, name="loader").start()
+        for step in range(100):
+            time.sleep(0.05)
+        print("trained")
+    """, name="train.py")
+    run = run_both([path], logdir)
+    assert run.returncode == 0 and "trained" not in run.out
+    rep = report_json(logdir)
+    d = rep["processes"][0]
+    assert d["state"] == "exited" and d["exit_call"] == "os._exit(0) in loader at train.py:5"
+    text = flat(earlylog("report", logdir).stdout)
+    assert "none in trouble" in text
+    assert ("ended by os._exit(0) in loader at train.py:5, called from thread loader while the main thread was in "
+            "<module> at train.py:8: os._exit ends the whole process from any thread, at once") in text
+    assert "next: if that thread meant to end only itself, return from its function" in text
+
+
+def test_os_exit_of_a_multiprocessing_child_is_no_news(tmp_path, logdir):
+    path = script(tmp_path, """
+        import multiprocessing as mp
+        def work():
+            pass
+        if __name__ == "__main__":
+            mp.set_start_method("fork")
+            p = mp.Process(target=work)
+            p.start()
+            p.join()
+    """)
+    run_both([path], logdir)
+    text = earlylog("report", logdir).stdout
+    assert text.startswith("2 processes, none in trouble") and "os._exit" not in text
+
+
+def test_sys_exit_in_a_thread_while_the_main_thread_waits_for_its_work(tmp_path, logdir):
+    path = script(tmp_path, """
+        import queue, sys, threading
+        results = queue.Queue()
+        def producer():
+            sys.exit(3)  # meant to stop the program: ends only this thread
+        threading.Thread(target=producer, name="producer").start()
+        print(results.get())
+    """, name="pipeline.py")
+    proc = start([path], str(logdir))
+    try:
+        wait_log(str(logdir), "dump: stall")
+        rep = report_json(str(logdir))
+        text = flat(earlylog("report", logdir).stdout)
+    finally:
+        kill_tree(proc)
+    (cause,) = causes(rep, "thread-exit")
+    assert cause["threads"] == ["producer", "MainThread"]
+    assert cause["text"].startswith("pid %d (pipeline): thread producer called sys.exit(3) in producer at "
+                                    "pipeline.py:5" % proc.pid)
+    assert "in a thread that ends only the thread, silently, not the process; thread MainThread has waited since, " \
+           "for an item from queue `results` at pipeline.py:7" in cause["text"]
+    assert "tell the main thread" in cause["next"]
+    assert flat("%s; next: %s" % (cause["text"], cause["next"])) in text
+
+
+@pytest.mark.parametrize("minor", [None, 9, 13])  # 3.13 names the stream in its words, with no object
+def test_broken_pipe_at_exit_is_status_120_and_says_the_reader_went_away(tmp_path, logdir, minor):
+    exe = PYTHON if minor is None else python_3(minor)
+    if exe is None:
+        pytest.skip("python3.%d is not on this machine" % minor)
+    from earlylog.cli import launch
+    extra = {} if minor is None else {"PYTHONPATH": launch.variables({})["PYTHONPATH"]}
+    path = script(tmp_path, """
+        import time
+        for i in range(3):
+            print("row", i)
+        time.sleep(0.5)  # the reader goes away meanwhile: the last flush at exit fails
+    """, name="rows.py")
+    statuses = []
+    for enabled in (False, True):
+        env = clean_env(**dict(extra, **({"EARLYLOG": "1", "EARLYLOG_DIR": str(logdir)} if enabled else {})))
+        proc = subprocess.Popen([exe, path], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        proc.stdout.close()  # `| head -0`: nobody reads
+        statuses.append(proc.wait(timeout=60))
+    assert statuses == [120, 120]
+    assert "exit: status 120 after" in "".join(read(f) for f in log_files(str(logdir)))
+    rep = report_json(str(logdir))
+    d = rep["processes"][0]
+    assert d["state"] == "failed" and d["status"] == 120
+    text = flat(earlylog("report", logdir).stdout)
+    assert ("exited with status 120 after") in text
+    assert ("the program ended, then flushing its stdout at exit failed with BrokenPipeError: the reader of its "
+            "output went away (`| head`, a closed terminal or GUI) before it had read everything; the last line it "
+            "printed, at ") in text and "was 'row 2'" in text
+    assert "next: the reader of this process's output went away" in text and "SIG_DFL" in text
+
+
+def _kill_child_while_waited(tmp_path, logdir, body):
+    """Run launcher.py (body) whose child worker.py sleeps; once the launcher's stall dump shows it
+    waiting for the child, SIGKILL the child as the OOM killer would; the launcher then goes on."""
+    script(tmp_path, """
+        import time
+        print("worker: loading", flush=True)
+        time.sleep(60)
+    """, name="worker.py")
+    path = script(tmp_path, body, name="launcher.py")
+    proc = start([path], str(logdir), cwd=str(tmp_path))
+    try:
+        wait_log(str(logdir), "child: pid ")
+        text = "".join(read(f) for f in log_files(str(logdir)))
+        child = int(text.split("child: pid ")[1].split(" ")[0])
+        os.kill(child, signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        kill_tree(proc)
+    return proc, child
+
+
+def test_a_child_killed_while_its_parent_waits_is_the_cause_named_with_the_wait(tmp_path, logdir):
+    proc, child = _kill_child_while_waited(tmp_path, logdir, """
+        import subprocess, sys
+        worker = subprocess.Popen([sys.executable, "worker.py"])
+        status = worker.wait()
+        print("worker done", status)
+    """)
+    rep = report_json(str(logdir))
+    (cause,) = causes(rep, "child-killed")
+    assert cause["pids"] == [child, proc.pid]
+    assert cause["text"].startswith("child pid %d (python worker.py) was killed by SIGKILL (the OOM killer or kill -9) "
+                                    "at " % child)
+    assert ("while pid %d (launcher) waited for it in <module> at launcher.py:4 (status = worker.wait()); pid %d "
+            "then exited with status 0 all the same, without the child's work" % (proc.pid, proc.pid)) in cause["text"]
+    assert cause["next"].startswith("find what killed it: `dmesg -T | grep -i -e oom -e 'killed process'`")
+    assert "`proc.wait()` returns -9 for SIGKILL" in cause["next"]
+    text = flat(earlylog("report", logdir).stdout)
+    assert text.startswith("1 of 2 processes in trouble: 1 killed by a signal - child pid %d" % child)
+    assert "let go" not in text and "likely cause" not in text
+
+
+def test_a_child_killed_while_its_parent_joins_it(tmp_path, logdir):
+    proc, child = _kill_child_while_waited(tmp_path, logdir, """
+        import multiprocessing as mp, time
+        def work():
+            time.sleep(60)
+        if __name__ == "__main__":
+            mp.set_start_method("fork")
+            p = mp.Process(target=work)
+            p.start()
+            p.join()
+    """)
+    (cause,) = causes(report_json(str(logdir)), "child-killed")
+    assert "was killed by SIGKILL (the OOM killer or kill -9) at " in cause["text"]
+    assert "waited for it in <module> at launcher.py:9 (p.join())" in cause["text"]
+    assert "`process.exitcode` is negative" in cause["next"]
+
+
+def test_a_child_killed_while_its_parent_reads_its_queue_is_not_let_go(tmp_path, logdir):
+    """The parent waits for what the child would have sent: the child was not a worker its supervisor
+    let go (the parent is stuck), and the cause says it was killed."""
+    path = script(tmp_path, """
+        import multiprocessing as mp, time
+        def work(q):
+            time.sleep(60)
+            q.put("result")
+        if __name__ == "__main__":
+            mp.set_start_method("fork")
+            q = mp.Queue()
+            mp.Process(target=work, args=(q,)).start()
+            print(q.get())
+    """, name="reader.py")
+    proc = start([path], str(logdir))
+    try:
+        wait_log(str(logdir), "dump: stall")
+        child = next(d["pid"] for d in report_json(str(logdir))["processes"] if d["pid"] != proc.pid)
+        os.kill(child, signal.SIGKILL)
+        rep = wait_for(lambda: (lambda r: r if causes(r, "child-died") else None)(report_json(str(logdir))))
+    finally:
+        kill_tree(proc)
+    (cause,) = causes(rep, "child-died")
+    assert ("child pid %d (fork<reader) was killed by SIGKILL (the OOM killer or kill -9) after " % child) in \
+        cause["text"]
+    assert cause["next"].startswith("find what killed child %d: `dmesg -T" % child)
+    assert next(d for d in rep["processes"] if d["pid"] == child)["state"] == "vanished"
+
+
+def test_a_supervisor_that_kills_its_child_on_purpose_is_no_trouble(tmp_path, logdir):
+    script(tmp_path, """
+        import time
+        time.sleep(60)
+    """, name="worker.py")
+    path = script(tmp_path, """
+        import subprocess, sys
+        worker = subprocess.Popen([sys.executable, "worker.py"])
+        try:
+            worker.wait(timeout=2.5)  # long enough for a stall dump of the wait (EARLYLOG_STALL=1)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+    """, name="supervisor.py")
+    proc = start([path], str(logdir), cwd=str(tmp_path))
+    assert proc.wait(timeout=60) == 0
+    rep = report_json(str(logdir))
+    assert not causes(rep, "child-killed")
+    worker = next(d for d in rep["processes"] if d["tag"] == "worker")
+    assert worker["state"] == "terminated" and worker["waited_by"] is None
+    assert earlylog("report", logdir).stdout.startswith("2 processes, none in trouble")
+
+
+RETRY = """
+    import logging, socket, sys, threading, time
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s")
+    NOISY = sys.argv[1:] == ["noisy"]
+    def heartbeat():
+        while True:
+            print("heartbeat", flush=True)
+            time.sleep(0.2)
+    if NOISY:
+        threading.Thread(target=heartbeat, daemon=True).start()
+    def connect(port):
+        while True:
+            try:
+                return socket.create_connection(("127.0.0.1", port), timeout=1)
+            except ConnectionRefusedError as e:
+                if NOISY:
+                    logging.warning("connect to port %d failed (%s); retrying", port, e)
+                time.sleep(0.3)
+    connect(int(sys.argv[-1]))
+"""
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _retrying(tmp_path, logdir, *args, minor=None):
+    exe = PYTHON if minor is None else python_3(minor)
+    if exe is None:
+        pytest.skip("python3.%d is not on this machine" % minor)
+    from earlylog.cli import launch
+    env = {} if minor is None else {"PYTHONPATH": launch.variables({})["PYTHONPATH"]}
+    path = script(tmp_path, RETRY, name="client.py")
+    port = _free_port()  # nothing listens there once it is closed
+    proc = start([path] + list(args) + [str(port)], str(logdir), program=exe, EARLYLOG_STALL="2", **env)
+    try:
+        rep = wait_for(lambda: (lambda r: r if causes(r, "retrying") else None)(report_json(str(logdir))))
+        text = flat(earlylog("report", logdir).stdout)
+    finally:
+        kill_tree(proc)
+    (cause,) = causes(rep, "retrying")
+    assert cause["text"].startswith("pid %d (client) is retrying: " % proc.pid)
+    assert ("failures connecting to 127.0.0.1:%d (ConnectionRefusedError) seen in the last " % port) in cause["text"]
+    assert "in connect at client.py:14; it sleeps between tries, so it looks idle" in cause["text"]
+    assert cause["next"].startswith("nothing listens on 127.0.0.1:%d: start the server there" % port)
+    assert "give the retry loop a limit" in cause["next"]
+    assert "idle" not in rep["processes"][0]["summary"] and rep["processes"][0]["state"] == "stalled"
+    assert "in trouble: 1 stuck" in text and "is retrying: " in text
+    return rep
+
+
+@pytest.mark.parametrize("minor", [None, 9, 13])  # 3.9 reads the `except ... as e` name; 3.10+ asks Python
+def test_a_quiet_retry_loop_is_retrying_not_idle(tmp_path, logdir, minor):
+    rep = _retrying(tmp_path, logdir, minor=minor)
+    assert minor is None or "Python 3.%d" % minor in read(log_files(str(logdir))[0])
+    assert rep["processes"][0]["retrying"]["count"] >= 2
+
+
+def test_a_retry_loop_that_logs_every_failure_while_another_thread_prints(tmp_path, logdir):
+    rep = _retrying(tmp_path, logdir, "noisy")
+    assert rep["processes"][0]["retrying"]["thread"] == "MainThread"
+
+
+def test_a_sleeping_poll_loop_whose_connects_succeed_stays_idle(tmp_path, logdir):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    port = server.getsockname()[1]
+    path = script(tmp_path, """
+        import socket, sys, time
+        while True:  # a health check: connects, then sleeps
+            try:
+                socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=1).close()
+            except OSError:
+                pass
+            time.sleep(0.3)
+    """, name="poll.py")
+    proc = start([path, str(port)], str(logdir), EARLYLOG_STALL="1")
+    try:
+        wait_log(str(logdir), "dump: stall")
+        time.sleep(2)  # a few more beats and dumps
+        rep = report_json(str(logdir))
+    finally:
+        kill_tree(proc)
+        server.close()
+    assert not causes(rep, "retrying") and rep["processes"][0]["retrying"] is None
+    assert rep["processes"][0]["state"] == "idle"
+
+
+def test_a_worker_polling_an_empty_queue_in_an_except_block_stays_idle(tmp_path, logdir):
+    path = script(tmp_path, """
+        import queue, time
+        jobs = queue.Queue()
+        while True:
+            try:
+                job = jobs.get_nowait()
+            except queue.Empty:  # nothing yet: not a failure
+                time.sleep(0.3)
+    """, name="worker.py")
+    proc = start([path], str(logdir), EARLYLOG_STALL="1")
+    try:
+        wait_log(str(logdir), "handling: ")
+        time.sleep(2)
+        rep = report_json(str(logdir))
+        text = "".join(read(f) for f in log_files(str(logdir)))
+    finally:
+        kill_tree(proc)
+    assert "handling: _queue.Empty" in text and "note: retrying" not in text
+    assert not causes(rep, "retrying") and rep["processes"][0]["state"] == "idle"
