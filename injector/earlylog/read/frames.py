@@ -10,6 +10,8 @@ _LIBRARY = re.compile(r"/(?:site|dist)-packages/|/lib/python\d|^<frozen")
 _WRAPPERS = ("wrapper", "inner", "marked", "decorate_context", "_fn", "__call__")
 _TASK = re.compile(r"^task (\S+): (.*)$")  # `task NAME: FILE:LINE in CORO > ... > awaiting WHAT`
 _CHAIN_FRAME = re.compile(r"^(.*):(\d+) in (\S+)$")
+_CELL = re.compile(r"^<cell (In\[\d+\])>$")  # a notebook cell's frame, as cells() names it
+_CELL_NOTE = re.compile(r"^cell: (In\[\d+\]) is (.+)$")
 _JOINS = re.compile(r"^joins: thread (?P<name>.+?) \(ident (?P<ident>0x[0-9a-f]+)\)$")
 
 
@@ -50,8 +52,33 @@ def _module(path):
 
 
 def where(frame):
-    """`func at file.py:12`."""
-    return "%s at %s:%d" % (frame[2], os.path.basename(frame[0]), frame[1]) if frame else "an unknown place"
+    """`func at file.py:12`; in a notebook's cell, `func at cell In[2], line 4`, or for the cell's own
+    code `cell In[2], line 4`, as the notebook names it."""
+    if not frame:
+        return "an unknown place"
+    return place(frame) if frame[2] == "<module>" and _CELL.match(frame[0]) else "%s at %s" % (frame[2], place(frame))
+
+
+def place(frame):
+    """`file.py:12`, or `cell In[2], line 4` for a notebook's cell (see cells())."""
+    m = _CELL.match(frame[0])
+    return "cell %s, line %d" % (m.group(1), frame[1]) if m else "%s:%d" % (os.path.basename(frame[0]), frame[1])
+
+
+def cells(threads):
+    """Name each notebook cell's file (IPython names it after the cell's text) `<cell In[2]>` in the
+    frames and notes of a dump's threads (objects with .frames and .notes), from their `cell: In[2]
+    is PATH` notes (runtime/cells.py): a lock held in one cell's function is named so in another's."""
+    names = {m.group(2): "<cell %s>" % m.group(1) for t in threads for m in map(_CELL_NOTE.match, t.notes) if m}
+    for t in threads if names else ():
+        t.frames = [(names[f[0]],) + tuple(f[1:]) if f[0] in names else f for f in t.frames]
+        t.notes = [_renamed(n, names) if not n.startswith("cell: ") else n for n in t.notes]
+
+
+def _renamed(note, names):
+    for path, name in names.items():
+        note = note.replace(" at %s:" % path, " at %s:" % name)
+    return note
 
 
 def frame_dict(frame):

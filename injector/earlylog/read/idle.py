@@ -5,6 +5,7 @@ thread (docs/design.md#idle-is-not-stuck). It only judges, and must never call i
 waits inside a task of the user's: for a reply, a lock, a child or a peer."""
 import re
 
+from earlylog.read import greenlets
 from earlylog.read.frames import in_event_loop, is_file, joined, library, task_chains
 from earlylog.runtime.stacks import SERVER_READ
 
@@ -44,6 +45,7 @@ _LOOP_PHASES = ("DataLoader worker ",)
 _IDLE_TITLES = ("ray::IDLE",)
 # Words of _thread() that mean a server waiting for requests.
 _SERVING = ("serve_forever", "server")
+_LOOP_WORK = "waiting for work in an asyncio event loop"
 _TASKS = re.compile(r"^asyncio: (\d+) pending task.*?(?:; it serves (.+))?$")
 
 
@@ -148,6 +150,8 @@ def _thread(t):
         return person
     if not frames or _in_task(frames):
         return None
+    if greenlets.in_hub(frames):  # gevent's hub: its greenlets wait, or do not, for work
+        return greenlets.idle(t)
     users = [i for i, f in enumerate(frames) if not library(f[0])]
     inner = frames[:users[0] + 1] if users else frames  # the calls the innermost user frame is in
     for check in (_work, _queue):
@@ -162,7 +166,10 @@ def _thread(t):
     if _busy(t) and _library_loop(t):
         return "working in %s between rounds (a library's own run loop)" % func
     if "select/poll" in kernel and in_event_loop(frames):
-        return _loop_tasks(t)
+        words = _loop_tasks(t)
+        if words == _LOOP_WORK and any(f[2] == "start" and is_file(f[0], "ipykernel/kernelapp.py") for f in frames):
+            return "waiting for its next cell (a Jupyter kernel)"
+        return words
     return _told_to_stop(t, kernel)
 
 
@@ -241,7 +248,7 @@ def _loop_tasks(t):
     m = next((m for m in (_TASKS.match(n) for n in t.notes) if m), None)
     chains = task_chains(t.notes)
     if m is None:
-        return None if any(not library(f[0]) for f in t.frames) else "waiting for work in an asyncio event loop"
+        return None if any(not library(f[0]) for f in t.frames) else _LOOP_WORK
     if int(m.group(1)) > len(chains):
         return None  # not every task was written: nothing can be said of the rest
     serves = m.group(2)
@@ -255,7 +262,7 @@ def _loop_tasks(t):
             return None
     if serves:
         return "waiting for connections in an asyncio server on " + serves
-    return "waiting for work in an asyncio event loop"
+    return _LOOP_WORK
 
 
 def _parked(frames, awaiting):

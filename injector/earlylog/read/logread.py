@@ -7,6 +7,7 @@ from collections import deque, namedtuple
 
 from earlylog import __version__
 from earlylog.read import files as folder_files
+from earlylog.read.frames import cells
 from earlylog.runtime import identity, records
 
 # `path:line in function: source` (earlylog's dumps) or `File "path", line N[,] in function`
@@ -664,6 +665,7 @@ def parse_threads(lines):
         if last_first.get(id(t)):
             t.frames.reverse()
             t.code = {len(t.frames) - 1 - i: code for i, code in t.code.items()}
+    cells(threads)  # a notebook's cells by their In[N] names
     return threads
 
 

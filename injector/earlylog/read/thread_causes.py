@@ -11,7 +11,7 @@ import os
 import re
 import time
 
-from earlylog.read import frames, idle
+from earlylog.read import frames, greenlets, idle
 from earlylog.read.causes import Cause, first_line, label, secs
 
 # The runtime's notes under a thread in a dump (their grammar is in runtime/waits.py).
@@ -124,7 +124,8 @@ def _stalled(d, p, parent):
         if t.joins and not t.busy and not _flush_for_parent(d, t, by_ident, parent) and \
                 getattr(importing.get(t.ident), "ident", None) != t.joins["ident"]:
             out += _join(d, t, by_ident, in_cycle)
-    return out + _shutdown(d, threads) + _deaths(d, p, threads) + _unmarked(d, threads) + _unset(d, threads)
+    return out + _shutdown(d, threads) + _deaths(d, p, threads) + _unmarked(d, threads) + _unset(d, threads) + \
+        greenlets.causes(d, p.stall["threads"])
 
 
 def _holder(t, by_ident):
@@ -185,7 +186,7 @@ def _lock(d, t, by_ident):
         if holder.busy:
             return []  # it waits its turn while the holder computes: contention, not a hang
         text = "%s; thread %s holds it (%s) and %s" % (head, holder.name, _how(facts), holder.now())
-        taken = "%s:%s" % (os.path.basename(facts["file"]), facts["line"]) if facts["how"] else "?"
+        taken = frames.place((facts["file"], int(facts["line"]))) if facts["how"] else "?"
         if facts["how"] == "acquire()":
             step = "make %s release %s on every path (taken at %s); `with %s:` instead of acquire() does that" % (
                 facts["func"], name, taken, expr)
@@ -586,11 +587,11 @@ def _how(facts, func=True):
     """`with block at x.py:6 in f` or `acquired in f at x.py:10, never released since`."""
     if not facts or not facts["how"]:
         return "where is not known"
-    place = "%s:%s" % (os.path.basename(facts["file"]), facts["line"])
+    place = frames.place((facts["file"], int(facts["line"])))
     if facts["how"] == "with block":
         return "with block at %s%s" % (place, " in " + facts["func"] if func else "")
     return "acquired%s at %s, never released since" % (" in " + facts["func"] if func else "", place)
 
 
 def _place(frame):
-    return "%s:%d" % (os.path.basename(frame[0]), frame[1]) if frame else "an unknown place"
+    return frames.place(frame) if frame else "an unknown place"

@@ -7,7 +7,7 @@ import re
 import time
 
 from earlylog import __version__
-from earlylog.read import acted, async_causes, idle, known, process_causes, thread_causes
+from earlylog.read import acted, async_causes, greenlets, idle, known, process_causes, thread_causes
 from earlylog.read.causes import busy, first_line, label, secs
 from earlylog.read.frames import (call_name, frame_dict, frame_tuple, in_event_loop, library, task_chains, user_frame,
                                   where)
@@ -313,6 +313,8 @@ def _awaited(main):
     """A main thread parked in its asyncio event loop waits where its tasks wait: (the frame of the
     user's code in the tasks that wait for something other than tasks, the most of them in one
     place, and `2 asyncio tasks await a Future there`), else None."""
+    if greenlets.in_hub(main.frames):  # the same for gevent's hub and its greenlets
+        return greenlets.awaited(main)
     if not in_event_loop(main.frames):
         return None
     leaves = [(user_frame(frames), what) for _name, frames, what in task_chains(main.notes)

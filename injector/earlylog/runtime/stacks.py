@@ -2,11 +2,13 @@
 plus each pending asyncio task's await chain (`task NAME: FILE:LINE in CORO > ... > awaiting WHAT`,
 WHAT being `a Future`, `task NAME`, `gather of N tasks`, SERVER_READ or the object's repr), the
 addresses the loop serves, and aio.py's lines (the task a blocked loop runs, tasks that died
-unheard). It only reads; it must never block or raise."""
+unheard); under a thread running gevent's or eventlet's hub, its waiting greenlets
+(greenlets.py); notebook cells by their In[N] names (cells.py). It only reads; it must never
+block or raise."""
 import sys
 import time
 
-from earlylog.runtime import peers, records, retries, threads as our_threads, waits
+from earlylog.runtime import cells, greenlets, peers, records, retries, threads as our_threads, waits
 
 MAX_FRAMES = 40
 SERVER_READ = "a request on a connection its server accepted"  # what an idle server's handler awaits
@@ -18,7 +20,7 @@ def cpu_shares():
     from earlylog.runtime import kstate
     before = {tid: kstate.cpu_seconds(tid) for tid in kstate.tids()}
     start = time.monotonic()
-    time.sleep(SAMPLE)
+    our_threads.sleep(SAMPLE)  # time.sleep may be gevent's by now
     took = time.monotonic() - start
     shares = {}
     for tid, spent in before.items():
@@ -59,8 +61,10 @@ def lines(shares=None, skip_ident=None):
                      lambda: waits.notes(ident, frame, frames, threads),
                      lambda: peers.lines(tid, ident, frame) if tid else [],
                      lambda: retries.lines(ident, frame),
+                     lambda: cells.notes(frame),
                      lambda: ["  " + f for f in frame_lines(frame)],
-                     lambda: _asyncio_lines(frame)):
+                     lambda: _asyncio_lines(frame),
+                     lambda: greenlets.lines(frame, state)):
             try:
                 out.extend(line for line in part() if line.strip())
             except Exception as exc:  # one odd thread must not cost the dump of the others

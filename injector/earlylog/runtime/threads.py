@@ -4,7 +4,23 @@ non-main thread would make that thread threading's main_thread(); so this module
 it, and only reads it when the program already has."""
 import os
 import sys
-import _thread
+import time
+import _thread as _patchable
+
+
+class _thread:
+    """_thread's functions as they were when earlylog started, before the program's own code ran:
+    gevent's and eventlet's monkey-patching replace them with greenlet versions, under which our
+    threads would be greenlets and our locks would switch to a hub (docs/design.md#under-monkey-patching)."""
+    allocate_lock = staticmethod(_patchable.allocate_lock)
+    start_new_thread = staticmethod(_patchable.start_new_thread)
+    get_ident = staticmethod(_patchable.get_ident)
+    get_native_id = staticmethod(_patchable.get_native_id)
+
+
+get_ident = _thread.get_ident      # the OS thread's ident, as sys._current_frames() keys it
+allocate_lock = _thread.allocate_lock
+sleep = time.sleep                 # a real sleep of this OS thread, even once time.sleep is patched
 
 _ours = {}     # ident -> name of each thread we started
 _natives = {}  # ident -> kernel tid, for ours and the main thread (threading may not be there)
@@ -191,12 +207,12 @@ def pause_for_fork():
         wake.set()
     deadline = time.monotonic() + FORK_WAIT
     while (_ours or _starting[0]) and time.monotonic() < deadline:
-        time.sleep(0.0001)
+        sleep(0.0001)  # the real one: a patched time.sleep would switch greenlets inside fork()
     # A thread that returned is still in the kernel's count for a few microseconds; a count that
     # stays above one for long is a thread we did not know of (a timer that fired): no use waiting.
     deadline = min(deadline, time.monotonic() + 0.1)
     while not alone_but_ours(0) and time.monotonic() < deadline:
-        time.sleep(0.0002)
+        sleep(0.0002)
 
 
 def resume_after_fork(restart, caller):

@@ -24,7 +24,7 @@ import _collections
 import _thread
 import sys
 
-from earlylog.runtime import records
+from earlylog.runtime import records, threads as our_threads
 
 MAX_FRAMES = 40       # frames looked at per thread, as in the dump itself
 MAX_SOURCE = 2000000  # characters: a larger file is parsed a function at a time only
@@ -32,7 +32,7 @@ MAX_FILES = 64        # source files whose findings are kept between dumps
 MAX_EXPRS = 512       # expression texts whose syntax trees are kept between dumps
 MAX_HOLDERS = 5       # `held by:` lines for one semaphore
 
-_LOCK = type(_thread.allocate_lock())
+_LOCK = type(our_threads.allocate_lock())  # the real one: _thread's may be monkey-patched by now
 _RLOCK = getattr(_thread, "RLock", None)
 _MODULE = type(sys)
 _MEMBER = type(type.__dict__["__basicsize__"])  # a __slots__ field's descriptor
@@ -139,8 +139,10 @@ def _waited(frame):
     module_lock = _import_lock(frame)
     if module_lock is not None:
         return module_lock
-    if _module_of(frame) == "threading":
-        return None  # its own locks (a finished program waiting in _shutdown): the reader tells those
+    if _module_of(frame) == "threading" or frame.f_code.co_filename.endswith("/gevent/_threading.py"):
+        # its own locks (a finished program waiting in _shutdown): the reader tells those; gevent's
+        # copy of threading's Condition for its thread pool takes a waiter lock twice, by design
+        return None
     # No stdlib frame: blocked in C, in a lock's acquire() (`with lock:` too) or SimpleQueue.get().
     waits = []
     for expr, attr, text in _calls_at(frame):
@@ -400,7 +402,7 @@ def _holdings(frames):
     """{thread ident: ([(text, ids of what it holds)], ids of locks it gave back in a
     Condition.wait)}, worked out once per dump: a dump of N threads waiting on one lock reads
     each stack once, not N times. Only ids and text are kept, never the program's objects."""
-    me = _thread.get_ident()  # the dumping thread holds none of the program's locks
+    me = our_threads.get_ident()  # the dumping thread holds none of the program's locks
     signature = tuple((tid, id(top), top.f_lasti) for tid, top in frames.items() if tid != me)
     if _memo[0] != signature:
         _memo[:] = [signature, {tid: (_held_in(top), _released_in_wait(top)) for tid, top in frames.items()

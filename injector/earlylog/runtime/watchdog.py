@@ -219,7 +219,7 @@ class Watchdog:
     def _dump(self, reason, shares):
         from earlylog.runtime import stacks
         self._note_title()
-        more, count = stacks.lines(shares, skip_ident=_thread.get_ident())
+        more, count = stacks.lines(shares, skip_ident=threads.get_ident())
         self._quiet("dump", "%s (%d thread%s)" % (reason, count, "" if count == 1 else "s"), more)
 
     def _note_title(self):
@@ -243,8 +243,10 @@ class Watchdog:
 
     def warn_fork(self):
         """In the parent, before fork(): name the other threads (a lock one holds stays held)."""
-        me = _thread.get_ident()
-        others = sorted(t.name for ident, t in threads.program_threads().items() if ident != me)
+        # Under gevent's patching threading knows this thread by its greenlet's id: the patched
+        # get_ident's, not the OS thread's.
+        me = (threads.get_ident(), _thread.get_ident())
+        others = sorted(t.name for ident, t in threads.program_threads().items() if ident not in me)
         if not others or tuple(others) in self.warned_forks:
             return
         self.warned_forks.add(tuple(others))
