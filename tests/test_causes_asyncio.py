@@ -32,6 +32,31 @@ PROGRAMS = {
 
         asyncio.run(main())
         """,
+    # The same while a telemetry thread prints all the time: the per-thread watchdog sees the loop's
+    # thread stay in one task's step (docs/watchdog.md#progress).
+    "noisy_loop": """
+        import asyncio, threading, time
+
+        def telemetry():
+            while True:
+                print("telemetry: gpu 0%", flush=True)
+                time.sleep(0.3)
+
+        async def heartbeat():
+            while True:
+                print("tick", flush=True)
+                await asyncio.sleep(0.2)
+
+        async def fetch_all():
+            await asyncio.sleep(0.1)
+            time.sleep(3600)
+
+        async def main():
+            await asyncio.gather(fetch_all(), heartbeat())
+
+        threading.Thread(target=telemetry, daemon=True).start()
+        asyncio.run(main())
+        """,
     "recv_loop": """
         import asyncio, socket
         listener = socket.create_server(("127.0.0.1", 0))
@@ -165,7 +190,7 @@ def _cause(rep, kind, pid):
 def test_blocked_loops_dead_tasks_and_no_false_alarms(tmp_path, logdir):
     rep, text, procs = _run(tmp_path, logdir, list(PROGRAMS))
     states = {tag: p["state"] for tag, p in procs.items()}
-    assert states == {"sleep_loop": "stalled", "recv_loop": "stalled", "lost_producer": "stalled",
+    assert states == {"sleep_loop": "stalled", "noisy_loop": "stalled", "recv_loop": "stalled", "lost_producer": "stalled",
                       "kept_producer": "stalled", "server_failed_once": "idle", "idle_server": "idle",
                       "busy_loop": "busy"}, rep["verdict"]
 
@@ -175,6 +200,9 @@ def test_blocked_loops_dead_tasks_and_no_false_alarms(tmp_path, logdir):
                               "other task runs (sleeping)" % procs["sleep_loop"]["pid"]
     assert blocked["next"].startswith("`await asyncio.sleep(...)` instead of time.sleep")
     assert "asyncio.to_thread" in blocked["next"] and "run_in_executor" in blocked["next"]
+
+    noisy = _cause(rep, "loop-blocked", procs["noisy_loop"]["pid"])
+    assert "blocked: task Task-2 (fetch_all) calls time.sleep at noisy_loop.py:16 inside a coroutine" in noisy["text"]
 
     recv = _cause(rep, "loop-blocked", procs["recv_loop"]["pid"])
     assert "blocked: task Task-2 (ask_backend) calls sock.recv at recv_loop.py:8 inside a coroutine, so no other " \

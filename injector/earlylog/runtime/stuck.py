@@ -233,17 +233,24 @@ def _judge(ident, tid, frame):
     say), a join (the joined thread is judged itself), a main thread parked at its top level (a
     service), a wait for children that run earlylog (their own watchdogs judge them). For a wait
     on other children, the second item is (their pids, their CPU time): while it rises, they work."""
-    from earlylog.runtime import kstate, peers
+    from earlylog.runtime import aio, kstate, peers
     call = kstate.syscall(tid)
-    if call is None or call[0] not in PARTNER:
-        return "", None
     stack = []
     f = frame
     while f is not None and len(stack) < MAX_FRAMES:
         stack.append((f.f_code.co_filename, f.f_code.co_name, f.f_lineno))
         f = f.f_back
-    main = ident == our_threads.main_ident()
     users = [i for i, (path, _func, _line) in enumerate(stack) if not _library(path)]
+    if call is not None and call[0] in PARTNER + ("sleep",) and users and aio.in_step(frame):
+        # Still inside one task's step (or callback) of an event loop: no other task of that loop
+        # runs, a sleep included (a coroutine's time.sleep is no poll loop). read/async_causes.py
+        # names the task and the call from the dump's `running task:` note.
+        user = stack[users[0]]
+        return "blocking its asyncio event loop (%s) at %s:%d in %s" % (
+            _waiting(frame, tid), os.path.basename(user[0]), user[2], user[1]), None
+    if call is None or call[0] not in PARTNER:
+        return "", None
+    main = ident == our_threads.main_ident()
     if not users and not main:
         return "", None
     inner = stack[:users[0]] if users else stack
