@@ -61,6 +61,35 @@ def test_stall_exit_ends_a_stuck_process_and_says_why(tmp_path, logdir):
     assert {"rank", "local_rank", "job", "next"} <= set(alert)
 
 
+NOISY_HANG = """
+    import threading, time
+    def telemetry():
+        while True:
+            print("telemetry: gpu 0%", flush=True)
+            time.sleep(0.3)
+    threading.Thread(target=telemetry, daemon=True).start()
+    lock = threading.Lock()
+    def read_index():
+        with lock:
+            with lock:
+                pass
+    read_index()
+"""
+
+
+def test_a_thread_stuck_while_another_prints_is_ended_and_announced_once(tmp_path, logdir):
+    # The process never goes silent: its stall is the per-thread one (docs/watchdog.md#progress).
+    env, out = alert_env(tmp_path, EARLYLOG_STALL_EXIT="3")
+    res = run_python([script(tmp_path, NOISY_HANG, name="noisy.py")], logdir, env=env, timeout=30)
+    assert res.returncode == 124, res.err
+    assert res.out.count("telemetry: gpu 0%") >= 5
+    rep = report_json(logdir)
+    cause = next(c for c in rep["causes"] if c["kind"] == "stall-exit")
+    assert "in read_index at noisy.py:11; earlylog ended it with exit status 124" in cause["text"], cause
+    (alert,) = alerts(out)
+    assert alert["function"] == "read_index" and "which it already holds" in alert["cause"], alert
+
+
 def test_on_stall_alone_announces_once_and_never_ends(tmp_path, logdir):
     env, out = alert_env(tmp_path, EARLYLOG_STALL_EXIT="0")
     code = textwrap.dedent(HANG).replace("\nread_index()", "\nthreading.Thread(target=read_index, daemon=True).start()") \

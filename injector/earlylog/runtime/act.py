@@ -26,6 +26,12 @@ JUDGE_LIMIT = 30.0    # seconds a judge may take before it is killed (it reads o
 COMMAND_LIMIT = 30.0  # seconds EARLYLOG_ON_STALL's command may run before it is killed
 POLL = 0.2            # the watchdog's beat while a child of ours runs
 MAX_OUT = 4096        # bytes of a failing command's output quoted in the log
+_live = set()         # pids of our judge and command children still running (runtime/stuck.py skips them)
+
+
+def live_pids():
+    """Our own children's pids: their work is not the program's (runtime/stuck.py's busy rule)."""
+    return set(_live)
 
 
 def child_env():
@@ -53,6 +59,7 @@ class Child:
             # killpg aimed at the program does not reach it mid-alert (and it outlives an exit).
             self.pid = os.posix_spawn(argv[0], argv, child_env(), file_actions=actions, setsigmask=(),
                                       setsid=True)
+            _live.add(self.pid)
         except BaseException:
             os.close(self.out)
             raise
@@ -68,6 +75,7 @@ class Child:
             if not done and time.monotonic() < self.deadline:
                 return None
             status = os.waitstatus_to_exitcode(status) if done else "timeout"
+            _live.discard(self.pid)
             if not done:
                 spawn._abandon(self.pid)
         except ChildProcessError:
@@ -118,12 +126,12 @@ class Act:
         self.pid = os.getpid()
         self.episode = None      # the last_activity value of the stall episode acted on
         self.judge = None        # (Child, purpose: "announce" or "exit")
-        self.judged_at = None    # the watchdog's next_at when the last judgement began
+        self.judged_at = None    # the watchdog's stall-dump count when the last judgement began
         self.announced = False   # the command ran for this episode (or was found pointless)
-        self.exit_tried = None   # the watchdog's next_at at the last exit judgement
+        self.exit_tried = None   # the watchdog's stall-dump count at the last exit judgement
         self.commands = []       # running command children
         self.dumped_at = None    # when the watchdog last wrote a stall dump
-        self.seen_next_at = None
+        self.seen_dumps = None   # the watchdog's stall-dump count at the last look
         self.why_not = None      # the last reason not to act, noted once an episode
 
     def wake_by(self, silent_since):
@@ -134,21 +142,23 @@ class Act:
         # Once past, the next try waits for the watchdog's next stall dump, its own deadline.
         return due if self.exit_after and due > time.monotonic() else None
 
-    def beat(self, now, silent_since):
-        """One look, never waiting: start or poll a judge, act on its answer, reap commands."""
+    def beat(self, now, silent_since, silent=True):
+        """One look, never waiting: start or poll a judge, act on its answer, reap commands.
+        silent_since: when the open stall episode began, the process's silence (silent) or the
+        first stuck thread's last progress while others printed (runtime/stuck.py)."""
         if self.pid != os.getpid():
             self._reset()
         wd = self.watchdog
         if self.episode != silent_since:  # a new episode, or activity again: start over
             self.episode, self.announced, self.judged_at, self.exit_tried = silent_since, False, None, None
-            self.why_not = None
+            self.why_not, self.dumped_at = None, None
             if self.judge is not None:
                 self._finish(self.judge[0])
                 self.judge = None
-        if wd.next_at != self.seen_next_at:
-            self.seen_next_at = wd.next_at
-            if wd.episode == silent_since:
-                self.dumped_at = now  # the watchdog wrote a stall dump at this beat
+        if wd.stall_dumps != self.seen_dumps:
+            if self.seen_dumps is not None:
+                self.dumped_at = now  # the watchdog wrote a stall dump since the last look
+            self.seen_dumps = wd.stall_dumps
         self.commands = [c for c in self.commands if not self._reaped(c)]
         if self.judge is not None:
             child, purpose = self.judge
@@ -161,16 +171,19 @@ class Act:
                 self._act(verdict, purpose, now - silent_since)
             return
         stuck_for = now - silent_since
-        if self.exit_after and stuck_for >= self.exit_after and self.exit_tried != wd.next_at:
-            self.exit_tried = wd.next_at
-            if self.dumped_at is None or now - self.dumped_at > 1.0 or wd.episode != silent_since:
-                # Fresh stacks for the judge and for whoever reads why the process ended.
+        if self.exit_after and stuck_for >= self.exit_after and self.exit_tried != self.seen_dumps:
+            if silent and (self.dumped_at is None or now - self.dumped_at > 1.0 or wd.episode != silent_since):
+                # Fresh stacks for the judge and for whoever reads why the process ended (a thread
+                # stuck while others print has the per-thread dumps of its own episode).
                 wd.stall_dump(stuck_for)
                 wd.episode = silent_since
-            self._start_judge("exit")
-        elif self.command and not self.announced and wd.episode == silent_since and \
-                self.judged_at != wd.next_at:
-            self.judged_at = wd.next_at  # judged again only after the next stall dump
+                self.seen_dumps, self.dumped_at = wd.stall_dumps, now
+            self.exit_tried = self.seen_dumps
+            if self.dumped_at is not None:
+                self._start_judge("exit")
+        elif self.command and not self.announced and self.dumped_at is not None and \
+                self.judged_at != self.seen_dumps:
+            self.judged_at = self.seen_dumps  # judged again only after the next stall dump
             self._start_judge("announce")
 
     def _start_judge(self, purpose):
@@ -205,7 +218,7 @@ class Act:
     def _act(self, verdict, purpose, stuck_for):
         if not verdict.get("stuck"):
             # One answer serves both knobs until the next stall dump; one line per reason an episode.
-            self.judged_at = self.exit_tried = self.watchdog.next_at
+            self.judged_at = self.exit_tried = self.seen_dumps
             why = verdict.get("why", "not stuck")
             if why != self.why_not:
                 self.why_not = why
@@ -254,6 +267,7 @@ class Act:
         hooks._original.get("os._exit", os._exit)(EXIT_STATUS)
 
     def _finish(self, child):
+        _live.discard(child.pid)
         spawn._abandon(child.pid)
         try:
             os.close(child.out)

@@ -92,15 +92,19 @@ class Tracker:
         tids = _kernel_ids()
         me = get_ident()
         seen, stuck = {}, {}
+        # A thread already told stuck stays so until its stack moves: a blocked wait can be woken
+        # once for nothing (seen when a child of ours is spawned) and goes back to the same wait.
+        held = self.episode[0] if self.episode is not None else ()
         for ident, frame in frames.items():
             tid = tids.get(ident)
             if ident == me or tid is None or our_threads.name_of(ident) is not None:
                 continue
             sig, runs = _signature(frame), _runs(tid)
             old = self.seen.get(ident)
-            if old is None or old.sig != sig or old.runs != runs or runs is None:
+            if old is None or old.sig != sig or old.runs != runs and ident not in held or runs is None:
                 seen[ident] = _Seen(sig, runs, now)
                 continue
+            old.runs = runs
             seen[ident] = old
             if old.children is not None:
                 if _cpu(old.children[0]) != old.children[1]:
@@ -273,7 +277,9 @@ def _children():
         return []
     for tid in tids:
         pids += [int(w) for w in (our_threads.read("/proc/self/task/%s/children" % tid, 65536) or b"").split()]
-    return pids[:256]
+    act = sys.modules.get("earlylog.runtime.act")  # EARLYLOG_ON_STALL's and STALL_EXIT's own children
+    ours = act.live_pids() if act is not None else ()
+    return [pid for pid in pids if pid not in ours][:256]
 
 
 def _cpu(pids):

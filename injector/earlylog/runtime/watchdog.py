@@ -77,6 +77,7 @@ class Watchdog:
         self.last_beat = time.monotonic()
         self.cpu_at_beat = None
         self.title = None  # the process title last written in a note
+        self.stall_dumps = 0  # stall dumps written, silent or per-thread (runtime/act.py reads it)
         # The loop's own state, kept here so that the loop goes on where it was after a fork
         # (run() ends for it and starts again). The first look comes after a short wait, so the
         # thread takes no GIL time from start-up.
@@ -122,8 +123,10 @@ class Watchdog:
                     self.next_at += min(self.next_at, GROWTH_CAP)
                 # A thread stuck while others print, or no training step: docs/watchdog.md#progress
                 progress.check(self, now, self.episode is not None)
-            if self.act is not None:
-                self.act.beat(now, silent_since)  # imports nothing: act.py loaded its modules
+            if self.act is not None:  # imports nothing: act.py loaded its modules
+                # A thread stuck while others print has its own episode (runtime/stuck.py).
+                noisy = getattr(getattr(self, "progress", None), "episode", None)
+                self.act.beat(now, noisy[1] if noisy else silent_since, silent=not noisy)
             if self.every and now >= self.next_every:
                 self.dump("every %g s (EARLYLOG_DUMP_EVERY)" % self.every)
                 self.next_every = now + self.every
@@ -218,6 +221,8 @@ class Watchdog:
 
     def _dump(self, reason, shares):
         from earlylog.runtime import stacks
+        if reason.startswith("stall"):
+            self.stall_dumps += 1  # runtime/act.py judges after each
         self._note_title()
         more, count = stacks.lines(shares, skip_ident=threads.get_ident())
         self._quiet("dump", "%s (%d thread%s)" % (reason, count, "" if count == 1 else "s"), more)
