@@ -16,7 +16,7 @@ import os
 import sys
 import time
 
-from earlylog.runtime import hooks, spawn
+from earlylog.runtime import fds, hooks, spawn
 
 # The exit status of a process EARLYLOG_STALL_EXIT ends: GNU timeout's status for a command that ran
 # past its limit. Non-zero, so torchrun's agent, Slurm and Kubernetes count a failed worker; below
@@ -43,13 +43,13 @@ class Child:
     """One spawned child whose output goes to an anonymous file, polled without waiting."""
 
     def __init__(self, argv, limit, stdin_data=None):
-        self.out = os.memfd_create("earlylog-act", os.MFD_CLOEXEC)
+        self.out = fds.memfd("earlylog-act")
         self.deadline = time.monotonic() + limit
         stdin = None
         try:
             actions = [(os.POSIX_SPAWN_DUP2, self.out, 1), (os.POSIX_SPAWN_DUP2, self.out, 2)]
             if stdin_data is not None:
-                stdin = os.memfd_create("earlylog-act-in", os.MFD_CLOEXEC)
+                stdin = fds.memfd("earlylog-act-in")
                 os.write(stdin, stdin_data)
                 os.lseek(stdin, 0, os.SEEK_SET)
                 actions.insert(0, (os.POSIX_SPAWN_DUP2, stdin, 0))

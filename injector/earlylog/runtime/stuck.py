@@ -272,7 +272,8 @@ def _children():
     """The pids of this process's child processes (/proc/self/task/<tid>/children)."""
     pids = []
     try:
-        tids = os.listdir("/proc/self/task")
+        from earlylog.runtime import fds
+        tids = fds.listdir("/proc/self/task")
     except OSError:
         return []
     for tid in tids:
