@@ -191,6 +191,8 @@ BAD_VALUES = {
     "EARLYLOG_LOG_ARG": "--log",
     "EARLYLOG_DEBUG": "verbose",
     "EARLYLOG_NATIVE": "gdb please",
+    "EARLYLOG_STALL_EXIT": "later",
+    "EARLYLOG_ON_STALL": "true",  # any text is a command: nothing to warn about (as REDACT, LOG_ARG)
 }
 
 
@@ -202,7 +204,7 @@ def test_bad_value_for_every_knob(tmp_path, logdir):
     env = dict({k: v for k, v in BAD_VALUES.items() if k in knobs}, EARLYLOG_DIR=blocker,
                EARLYLOG_FILE=tmp_path, TMPDIR=tmp_path)
     on = run_both(["-c", HELLO, "--log"], None, env=env)
-    for name in knobs - {"EARLYLOG_REDACT", "EARLYLOG_LOG_ARG"}:
+    for name in knobs - {"EARLYLOG_REDACT", "EARLYLOG_LOG_ARG", "EARLYLOG_ON_STALL"}:
         assert name in on.err, "no sentence names %s" % name
     logs = list((tmp_path / ("earlylog-%d" % os.getuid())).rglob("*.log"))
     assert len(logs) == 1, "it still logs, into the default folder"
