@@ -38,10 +38,22 @@ _kept = {}            # path -> descriptor, opened by the process _kept_pid name
 _kept_pid = [None]
 _libc = []            # [(PyDLL, CDLL, ctypes) or None] once loaded
 _loading = []         # the threads importing ctypes now
+_wanted = [False]     # a dump was asked for: from now on new descriptors come through libc (strict())
+
+
+def strict():
+    """From the first stall or on-demand dump on, make new descriptors through libc in one C call
+    (loading ctypes then). Until then the plain, checked open serves: a process that never dumps
+    never loads ctypes (0.7 MiB, and a dozen module files read at low numbers as it loads, which a
+    child's descriptor listing at that moment would see)."""
+    _wanted[0] = True
 
 
 def _c():
-    """libc through ctypes (PyDLL keeps the GIL during a call, CDLL lets it go), or None."""
+    """libc through ctypes (PyDLL keeps the GIL during a call, CDLL lets it go), or None: None
+    until strict() was called."""
+    if not _wanted[0]:
+        return None
     if not _libc:
         import _thread
         me = _thread.get_ident()

@@ -220,7 +220,8 @@ class Watchdog:
         threads.gated(self._dump, reason, shares)
 
     def _dump(self, reason, shares):
-        from earlylog.runtime import stacks
+        from earlylog.runtime import fds, stacks
+        fds.strict()  # a process that dumps may be one whose program closes stale descriptors
         if reason.startswith("stall"):
             self.stall_dumps += 1  # runtime/act.py judges after each
         self._note_title()
