@@ -25,7 +25,6 @@ import time
 from earlylog.runtime import state
 
 PROBES_AFTER = 0.1  # seconds into the process
-WATCHDOG_AFTER = 0.05  # when the watchdog thread loads its modules (faulthandler is armed at once)
 
 
 def _features():
@@ -44,20 +43,8 @@ def _watchdog(logger):
         threads.start("earlylog-watchdog", _watch, armed)
 
 
-def _watch(armed, due=None):
+def _watch(armed):
     from earlylog.runtime import threads
-    # Its modules load after a short wait, as the probes' do: the import system reads their files
-    # at the lowest free descriptors, and a program's first moments are when it checks or closes
-    # its own (a closed stdout must stay closed; a daemonizer's closerange). A fork in the
-    # meantime ends the wait, and the thread, until the fork is over.
-    due = due or time.monotonic() + WATCHDOG_AFTER
-    wake = threads.Wakeup()
-    threads.on_pause(wake)
-    if not threads.stopping():
-        wake.wait(due - time.monotonic())
-    if threads.stopping():
-        threads.parked(_watch, armed, due)
-        return
     try:
         watchdog = threads.gated(_watchdog_module)
     except BaseException as exc:
