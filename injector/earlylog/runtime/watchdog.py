@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from earlylog.runtime import fault, progress, retries, threads
+from earlylog.runtime import fault, threads
 
 GROWTH_CAP = 3600.0  # stall dumps come at S, 2S, 4S ... of silence, at least once an hour after
 
@@ -54,6 +54,12 @@ def _act(watchdog):
     return act.Act(watchdog)
 
 
+def _checks():
+    """(progress, retries): the per-thread and heartbeat check, and the retry count, of each beat."""
+    from earlylog.runtime import progress, retries
+    return progress, retries
+
+
 def _sampler():
     from earlylog.runtime import breadcrumbs
     return breadcrumbs.Sampler()
@@ -78,6 +84,7 @@ class Watchdog:
         self.cpu_at_beat = None
         self.title = None  # the process title last written in a note
         self.stall_dumps = 0  # stall dumps written, silent or per-thread (runtime/act.py reads it)
+        self.checks = None  # (progress, retries), loaded at the first beat (_loop)
         # The loop's own state, kept here so that the loop goes on where it was after a fork
         # (run() ends for it and starts again). The first look comes after a short wait, so the
         # thread takes no GIL time from start-up.
@@ -106,6 +113,10 @@ class Watchdog:
             if threads.stopping():
                 return
             now = time.monotonic()
+            # Loaded at the first beat, not with this module at start: the import system reads
+            # their files at the lowest free descriptors, and a program's first moments are when
+            # it checks or closes its own (a closed stdout must stay closed; a daemonizer's closerange).
+            self.checks = self.checks or threads.gated(_checks)
             self.logger.check()
             self.armed.check_file()
             self._check_gil(now)
@@ -122,7 +133,7 @@ class Watchdog:
                     self.stall_dump(now - silent_since)
                     self.next_at += min(self.next_at, GROWTH_CAP)
                 # A thread stuck while others print, or no training step: docs/watchdog.md#progress
-                progress.check(self, now, self.episode is not None)
+                self.checks[0].check(self, now, self.episode is not None)
             if self.act is not None:  # imports nothing: act.py loaded its modules
                 # A thread stuck while others print has its own episode (runtime/stuck.py).
                 noisy = getattr(getattr(self, "progress", None), "episode", None)
@@ -131,7 +142,7 @@ class Watchdog:
                 self.dump("every %g s (EARLYLOG_DUMP_EVERY)" % self.every)
                 self.next_every = now + self.every
             # A thread failing again and again between sleeps is retrying, however much it logs.
-            for text in retries.beat(_names, max(self.stall, 10.0)):
+            for text in self.checks[1].beat(_names, max(self.stall, 10.0)):
                 self._quiet("note", text)
             if now >= self.next_mem:
                 self.memory = self.memory or threads.gated(_sampler)
