@@ -25,6 +25,7 @@ import time
 from earlylog.runtime import state
 
 PROBES_AFTER = 0.1  # seconds into the process
+STD_CLOSED_WAIT = 0.2  # how late a watchdog loads its module where stdin, stdout or stderr is closed
 
 
 def _features():
@@ -43,14 +44,37 @@ def _watchdog(logger):
         threads.start("earlylog-watchdog", _watch, armed)
 
 
-def _watch(armed):
+def _watch(armed, due=None):
     from earlylog.runtime import threads
+    if due is None and _std_closed():
+        # The import system reads the watchdog's module at the lowest free descriptor, which is
+        # then a closed stdin, stdout or stderr: a program checking its own in its first moments
+        # would find it open. Such a process's watchdog loads a moment later; a fork in the
+        # meantime ends the wait, and the thread, until the fork is over.
+        due = time.monotonic() + STD_CLOSED_WAIT
+    if due is not None:
+        wake = threads.Wakeup()
+        threads.on_pause(wake)
+        if not threads.stopping():
+            wake.wait(due - time.monotonic())
+        if threads.stopping():
+            threads.parked(_watch, armed, due)
+            return
     try:
         watchdog = threads.gated(_watchdog_module)
     except BaseException as exc:
         _failed("watchdog", exc)
         return
     watchdog.Watchdog(armed).run()
+
+
+def _std_closed():
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            return True
+    return False
 
 
 def _watchdog_module():
