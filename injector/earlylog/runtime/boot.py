@@ -52,14 +52,8 @@ def _watch(armed, due=None):
         # would find it open. Such a process's watchdog loads a moment later; a fork in the
         # meantime ends the wait, and the thread, until the fork is over.
         due = time.monotonic() + STD_CLOSED_WAIT
-    if due is not None:
-        wake = threads.Wakeup()
-        threads.on_pause(wake)
-        if not threads.stopping():
-            wake.wait(due - time.monotonic())
-        if threads.stopping():
-            threads.parked(_watch, armed, due)
-            return
+    if due is not None and not threads.wait_until(due, _watch, armed, due):
+        return
     try:
         watchdog = threads.gated(_watchdog_module)
     except BaseException as exc:
@@ -104,12 +98,7 @@ def _probe_thread(logger, due):
     # interval (5 ms) before the user's code gets it back. A fork in the meantime ends the wait,
     # and the thread, until the fork is over (docs/design.md#no-thread-of-ours-across-a-fork).
     from earlylog.runtime import threads
-    wake = threads.Wakeup()
-    threads.on_pause(wake)
-    if not threads.stopping():
-        wake.wait(due - time.monotonic())
-    if threads.stopping():
-        threads.parked(_probe_thread, logger, due)
+    if not threads.wait_until(due, _probe_thread, logger, due):
         return
     probes, facts = threads.gated(_probe_now, logger)
     if facts is not None:

@@ -167,6 +167,19 @@ def on_pause(wake):
     _wakes[_thread.get_ident()] = wake
 
 
+def wait_until(due, target, *args):
+    """Sleep until `due` (monotonic) in a thread of ours; True to go on, False when a fork ended
+    the wait: target(*args) then runs again after the fork (see parked()), and the caller returns."""
+    wake = Wakeup()
+    on_pause(wake)
+    if not stopping():
+        wake.wait(due - time.monotonic())
+    if stopping():
+        parked(target, *args)
+        return False
+    return True
+
+
 def stopping():
     """True while a fork waits for our threads to end."""
     return _pausing[0]
