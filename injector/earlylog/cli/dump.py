@@ -66,10 +66,18 @@ def _open_logs(pid):
     """The log files a process has open (its own file, found through /proc/<pid>/fd)."""
     fd_dir = "/proc/%d/fd" % pid
     try:
-        links = [os.readlink(os.path.join(fd_dir, n)) for n in os.listdir(fd_dir)]
+        names = os.listdir(fd_dir)
     except OSError:
         return []
-    return sorted({link for link in links if link.endswith(".log") and os.path.isfile(link)})
+    links = set()
+    for name in names:
+        # One at a time: a process in its first second opens and closes files (its imports, our
+        # probes), and a number listed a moment ago may be gone; that must not hide the log.
+        try:
+            links.add(os.readlink(os.path.join(fd_dir, name)))
+        except OSError:
+            continue
+    return sorted(link for link in links if link.endswith(".log") and os.path.isfile(link))
 
 
 def _offers(paths):
