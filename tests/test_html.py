@@ -230,9 +230,12 @@ JOB = """
     elif sys.argv[1:2] == ["exit"]:
         with earlylog.phases.phase("load <img src=x onerror=alert(2)> data"):
             time.sleep(0.3)
+    elif sys.argv[1:2] == ["serve"]:
+        import socketserver
+        socketserver.TCPServer(("127.0.0.1", 0), socketserver.BaseRequestHandler).serve_forever()
     else:
         kids = [subprocess.Popen([sys.executable, __file__] + a) for a in
-                (["stuck"], ["crash"], ["exit", %r])]
+                (["stuck"], ["crash"], ["exit", %r], ["serve"])]
         for kid in kids:
             kid.wait()
     """ % EVIL
@@ -244,7 +247,7 @@ def test_clicking_a_lane_shows_its_stacks_user_frame_first(tmp_path, logdir, chr
     try:
         def ready():  # the parent and the stuck child dumped their stacks, the others ended
             logs = [read(f) for f in log_files(logdir)]
-            return sum("dump: stall" in text for text in logs) == 2 and \
+            return sum("dump: stall" in text for text in logs) == 3 and \
                 any("Fatal Python error" in text for text in logs) and any("exit: status 0" in text for text in logs)
         wait_for(ready)
         page = tmp_path / "incident.html"
@@ -256,18 +259,23 @@ def test_clicking_a_lane_shows_its_stacks_user_frame_first(tmp_path, logdir, chr
     source = page.read_text()
     assert "<img" not in source and "http://" not in source and "https://" not in source  # escaped; offline
     rep = verdict.judge(logread.read(str(logdir)))
-    stuck, crashed, done = (next(p["pid"] for p in rep["processes"] if "job.py " + word in p["command"])
-                            for word in ("stuck", "crash", "exit"))
+    stuck, crashed, done, server = (next(p["pid"] for p in rep["processes"] if "job.py " + word in p["command"])
+                                    for word in ("stuck", "crash", "exit", "serve"))
 
     chromium.open(page.as_uri())
     lanes = chromium.js("[...document.querySelectorAll('.lane')].map(e => [+e.dataset.pid, e.dataset.state,"
                         " e.querySelector('.label').style.paddingLeft])")
-    # one lane per process, in tree order: the parent first, its three children indented under it
-    assert [lane[1] for lane in lanes][0] == "stalled" and len(lanes) == 4
+    # one lane per process, in tree order: the parent first, its four children indented under it
+    assert [lane[1] for lane in lanes][0] == "stalled" and len(lanes) == 5
     assert {lane[0]: lane[1] for lane in lanes} == {stuck: "stalled", crashed: "crashed", done: "exited",
-                                                   lanes[0][0]: "stalled"}
+                                                   server: "idle", lanes[0][0]: "stalled"}
     assert len({lane[2] for lane in lanes[1:]}) == 1 and lanes[1][2] != lanes[0][2]
-    assert chromium.js("document.querySelector('h1').textContent") == "3 of 4 processes in trouble: 2 stuck, 1 crashed"
+    assert chromium.js("document.querySelector('h1').textContent") == "3 of 5 processes in trouble: 2 stuck, 1 crashed"
+    # the stuck lane is hatched from its stall on, with the stall mark; the idle server's is plain
+    band = "document.querySelector('.lane[data-pid=\"%d\"] .band').className"
+    assert chromium.js(band % stuck) == "band" and chromium.js(band % server) == "band idle"
+    marks = "document.querySelectorAll('.lane[data-pid=\"%d\"] [data-mark=stall]').length"
+    assert chromium.js(marks % stuck) == 1 and chromium.js(marks % server) == 0
     assert chromium.js("document.querySelectorAll('.legend span').length") >= 10
 
     # a click on the stuck child's lane: its stall stack, its own frame first, threading's folded

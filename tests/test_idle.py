@@ -3,8 +3,9 @@
 parent stops at the end of a run is `terminated`; a DataLoader worker waiting for indices is idle,
 the one stuck in `__getitem__` is not. Real processes, read back with `earlylog report`."""
 import os
+import subprocess
 
-from support import earlylog, kill_tree, log_files, read, report_json, script, start, wait_for
+from support import PYTHON, STALL, clean_env, earlylog, kill_tree, log_files, read, report_json, script, start, wait_for
 
 # Each program, by the tag its log gets, with the state the report must give it.
 PROGRAMS = {
@@ -169,8 +170,20 @@ PROGRAMS = {
 }
 
 
+# Servers whose every thread waits for work: their stall lines stay in their logs, off the console
+# (runtime/stuck.py's waiting_for_work); every stuck program's goes to its console.
+QUIET = {"asyncio_server", "keepalive_server", "http_server", "join_server", "event_server"}
+
+
+def _with_console(path, logdir, console):
+    with open(console, "wb") as err:
+        return subprocess.Popen([PYTHON, path], env=clean_env(EARLYLOG=1, EARLYLOG_DIR=logdir, **dict(STALL, EARLYLOG_CONSOLE="stderr")),
+                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+
+
 def test_idle_programs_are_idle_and_waiting_ones_stuck(tmp_path, logdir):
-    procs = [start([script(tmp_path, code, name + ".py")], logdir) for name, (_, code) in PROGRAMS.items()]
+    procs = [_with_console(script(tmp_path, code, name + ".py"), logdir, tmp_path / (name + ".err"))
+             for name, (_, code) in PROGRAMS.items()]
     try:
         def all_dumped():
             logs = {os.path.basename(f).rsplit("-", 1)[1][:-4]: read(f) for f in log_files(logdir)}
@@ -226,6 +239,13 @@ def test_idle_programs_are_idle_and_waiting_ones_stuck(tmp_path, logdir):
     assert procs["keepalive_server"]["idle"].startswith("waiting for connections in an asyncio server on ")
     assert not any("_server" in line or "heartbeat" in line for line in rep["verdict"])
     assert "http_server idle" in text and "idle for" in text
+    consoles = {name: (tmp_path / (name + ".err")).read_text() for name in PROGRAMS}
+    for name in QUIET:
+        assert "stall:" not in consoles[name], consoles[name]
+        assert "stall: silent for 1 s; idle: every thread waits for work" in read(
+            os.path.join(logdir, procs[name]["files"][0]))
+    for name, (state, _) in PROGRAMS.items():
+        assert state != "stalled" or " stall: silent for " in consoles[name], (name, consoles[name])
 
 
 def test_a_launcher_waiting_for_a_working_child_is_idle(tmp_path, logdir):

@@ -2,9 +2,19 @@
 worker logging through `runtime_env`; a hung task and a hung actor method are named by the title Ray
 gives their worker, while Ray's own daemons and idle workers are idle, and stopped, not trouble;
 a worker Ray's memory monitor kills is killed, by whom. Skipped where ray is not installed."""
+import re
+
 import pytest
 
+from earlylog.read import html
+from earlylog.runtime.records import parse
 from support import TIMEOUT, earlylog, kill_tree, log_files, read, report_json, script, start, wait_for
+
+_FORWARDED_STALL = re.compile(r"\[earlylog\] \S+ \S+ (\d+) \S+ stall: silent for ")
+
+
+def records(path):
+    return [r for r in map(parse, read(path).splitlines()) if r]
 
 HUNG = {"ray::hang_forever", "ray::Indexer.build"}
 DRIVER = """
@@ -43,7 +53,7 @@ def test_ray_hung_task_and_actor_are_named_and_daemons_are_not_trouble(tmp_path,
     pytest.importorskip("ray", reason="ray is not installed here (pip install ray): the Ray recipe is not checked")
     stop = tmp_path / "stop"
     driver = start([script(tmp_path, DRIVER, "driver.py"), str(logdir), str(stop)], logdir,
-                   EARLYLOG_STALL=2, EARLYLOG_NATIVE=0, RAY_USAGE_STATS_ENABLED=0)
+                   EARLYLOG_STALL=2, EARLYLOG_NATIVE=0, RAY_USAGE_STATS_ENABLED=0, EARLYLOG_CONSOLE="stderr")
     try:
         wait_for(lambda: all(_dumped_in(logdir, name) for name in ("hang_forever", "build")), timeout=TIMEOUT * 2)
         # On a loaded machine a worker's own output (Ray's warnings) can end a stall just after
@@ -75,15 +85,36 @@ def test_ray_hung_task_and_actor_are_named_and_daemons_are_not_trouble(tmp_path,
     assert {p["state"] for p in others} <= {"idle", "running", "exited", "terminated"}, during["verdict"]
     roles = {p["tag"] for p in others if p["state"] == "idle"}
     assert {"dashboard", "log_monitor", "monitor", "agent"} <= roles, roles  # Ray's own daemons, waiting
-    # After ray.shutdown() the driver exits 0: what Ray stopped is not trouble, the hung ones still are.
+    # After ray.shutdown() the driver exits 0: what Ray stopped is not trouble; the hung task and
+    # actor are hangs cut short, named by their tasks, whether Ray killed their workers or their
+    # worker loops exited cleanly (sys.exit(0) in main_loop) around the call that never returned.
     assert driver.returncode == 0
     troubled = [p for p in after["processes"] if p["state"] in ("stalled", "crashed", "killed", "vanished", "failed")]
-    assert {p["title"] for p in troubled} <= {"ray::hang_forever", "ray::Indexer.build"}, after["verdict"]
-    assert all(p["summary"].endswith("exited with status 0)") for p in troubled)
+    assert {p["title"] for p in troubled} == HUNG, after["verdict"]
+    for p in troubled:
+        assert p["summary"].startswith("stalled for ") and (
+            "until it was stopped at the end of the run" in p["summary"] or
+            "until Ray's own code around that call ended the process (sys.exit(0) in main_loop at worker.py:"
+            in p["summary"]), p["summary"]
     assert after["counts"]["terminated"] >= 6 and "ray::IDLE" not in " ".join(after["verdict"])
     assert "default_worker" not in " ".join(after["verdict"] + during["verdict"])
-    assert text.startswith("%d of %d processes in trouble" % (len(troubled), after["counts"]["processes"])) or \
-        (not troubled and " none in trouble" in text.splitlines()[0])
+    assert text.startswith("2 of %d processes in trouble: 2 stuck" % after["counts"]["processes"]), text
+    assert "(ray::hang_forever) stalled for " in text and "(ray::Indexer.build) stalled for " in text
+    # The driver's terminal (Ray forwards its workers' and daemons' output there; the driver's log
+    # keeps what it printed): stall lines of the hung workers only, none of an idle daemon or worker.
+    console = [r["msg"] for f in log_files(logdir) if "-driver.log" in f for r in records(f) if r["kind"] in ("out", "err")]
+    stalled_pids = {str(p["pid"]) for p in troubled}
+    told = {m.group(1) for m in map(_FORWARDED_STALL.search, console) if m}
+    assert told and told <= stalled_pids, [(p["pid"], p["title"], p["state"], p["summary"]) for p in after["processes"]
+                                           if str(p["pid"]) in told - stalled_pids]
+    # The incident page: the hung lanes hatched from their stall, the daemons' idle drawn plain.
+    page = html._data(after)  # what the page's script draws from
+    kinds = {p["pid"]: (p.get("stall") or {}).get("kind") for p in page["procs"]}
+    assert all(kinds[p["pid"]] == "stuck" for p in troubled)
+    idle = [p["pid"] for p in during["processes"] if p["state"] == "idle"]
+    assert idle and all(kinds[pid] in ("idle", "quiet", None) for pid in idle), [
+        (p["pid"], p["title"], p["state"], p["summary"], kinds[p["pid"]]) for p in after["processes"]
+        if p["pid"] in idle and kinds[p["pid"]] not in ("idle", "quiet", None)]
 
 
 def _dumped_in(logdir, function):

@@ -233,6 +233,41 @@ def test_a_supervisor_that_kills_its_child_on_purpose_is_no_trouble(tmp_path, lo
     assert earlylog("report", logdir).stdout.startswith("2 processes, none in trouble")
 
 
+def test_a_hang_a_library_loop_ends_cleanly_is_a_hang_cut_short(tmp_path, logdir):
+    """A framework's worker loop (Ray's, here a package's) runs the program's function; when the
+    function hangs and the framework gives up, its loop exits with sys.exit(0): the function never
+    returned, and the report says so, while the same clean exit from the program's own code (a
+    person's Ctrl-C it handles) is how that program chose to end."""
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    (site / "jobloop.py").write_text(
+        "import sys\n"
+        "def main_loop(task):\n"
+        "    try:\n"
+        "        task()\n"
+        "    except KeyboardInterrupt:  # the framework's stop request\n"
+        "        sys.exit(0)\n")
+    for name, tail in (("framework", "jobloop.main_loop(fetch_shard)"),
+                       ("own", "try:\n    fetch_shard()\nexcept KeyboardInterrupt:\n    sys.exit(0)")):
+        (tmp_path / (name + ".py")).write_text(
+            "import sys, time\nsys.path.insert(0, %r)\nimport jobloop\n"
+            "def fetch_shard():\n    time.sleep(10 ** 6)\n%s\n" % (str(site), tail))
+    runs = {name: start([str(tmp_path / (name + ".py"))], str(logdir)) for name in ("framework", "own")}
+    for proc in runs.values():
+        wait_for(lambda: any("dump: stall" in read(f) for f in log_files(logdir) if "-%d-" % proc.pid in f))
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+    rep = report_json(str(logdir))
+    procs = {d["tag"]: d for d in rep["processes"]}
+    assert procs["framework"]["state"] == "stalled"
+    summary = procs["framework"]["summary"]
+    assert summary.startswith("stalled for ") and " in fetch_shard at framework.py:5; blocked: sleeping" in summary
+    assert summary.endswith("until the library's own code around that call ended the process (sys.exit(0) in "
+                            "main_loop at jobloop.py:6): a hang cut short, the call never returned"), summary
+    assert procs["own"]["state"] == "exited"
+    assert earlylog("report", logdir).stdout.startswith("1 of 2 processes in trouble: 1 stuck")
+
+
 RETRY = """
     import logging, socket, sys, threading, time
     logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s")

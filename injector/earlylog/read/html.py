@@ -237,8 +237,13 @@ def _proc(d, depth, parent, t0, generated, table):
          "files": d["files"], "memory": (d["memory"] or {}).get("last")}
     if d["stall"] is not None:
         since = d["stall"]["since"] if d["stall"]["since"] is not None else start
+        # How the page draws the silence: hatched only where the process was stuck; one that waited
+        # for work (Ray's daemons, a server), computed, or was being stopped (in its own SIGTERM
+        # handler) is drawn plain.
         p["stall"] = {"since": rel(since), "seconds": d["stall"].get("seconds"),
-                      "threads": _threads(d["stall"]["threads"], table)}
+                      "threads": _threads(d["stall"]["threads"], table),
+                      "kind": "idle" if d["idle"] else "busy" if d["state"] == "busy" else
+                      "stuck" if d["state"] == "stalled" or verdict.stuck(d) else "quiet"}
     if d["crash"] is not None:
         p["crash"] = {"what": d["crash"]["what"], "signal": d["crash"]["signal"],
                       "threads": _threads(d["crash"]["threads"], table)}
@@ -248,7 +253,7 @@ def _proc(d, depth, parent, t0, generated, table):
 _LEGEND = """<div class="legend" aria-label="legend">
 <span><i class="sw life"></i>alive</span><span><i class="sw ph"></i>phase</span>
 <span><i class="sw ph open"></i>phase still open</span><span><i class="sw ph err"></i>phase failed</span>
-<span><i class="sw band"></i><i class="m m-stall"></i>stalled from here</span>
+<span><i class="sw band"></i><i class="m m-stall"></i>stalled from here</span><span><i class="sw band idle"></i>idle (waiting for work)</span>
 <span><i class="m m-crashed"></i>crashed</span><span><i class="m m-killed"></i>killed by a signal</span>
 <span><i class="m m-vanished"></i>vanished</span><span><i class="m m-failed"></i>failed (exit &ne; 0)</span>
 <span><i class="m m-exited"></i>exited 0</span><span><i class="m m-terminated"></i>stopped by its parent</span>

@@ -59,6 +59,7 @@ color:var(--mute)}
 .sw.ph.err{background:#f6aea9;border-color:var(--crash)}
 .sw.band{height:14px;background:repeating-linear-gradient(45deg,rgba(232,163,23,.45) 0 3px,transparent 3px 7px);
 border:1px solid var(--stall)}
+.sw.band.idle{background:rgba(185,192,202,.35);border-color:#b9c0ca}
 #axis{position:sticky;top:0;z-index:3;height:24px;padding-left:var(--lw);background:#fff;
 border-top:1px solid var(--line);border-bottom:1px solid var(--line);font-size:11px;color:var(--mute)}
 .axt{position:relative;height:24px;margin-right:14px}
@@ -87,6 +88,7 @@ font-size:12.5px;padding-right:8px;height:24px;border-right:1px solid var(--line
 .band{top:3px;height:18px;
 background:repeating-linear-gradient(45deg,rgba(232,163,23,.42) 0 3px,transparent 3px 7px);
 border-top:1px solid var(--stall);border-bottom:1px solid var(--stall)}
+.band.idle,.band.busy,.band.quiet{background:rgba(185,192,202,.35);border-color:#b9c0ca}
 .ph{top:6px;height:12px;min-width:2px;border-radius:3px;background:var(--ph);border:1px solid var(--phb)}
 .ph.open{background:linear-gradient(90deg,var(--ph),#e3edfd)}.ph.err{background:#f6aea9;border-color:var(--crash)}
 .m{top:12px;transform:translate(-50%,-50%);cursor:pointer;z-index:2}
@@ -277,13 +279,15 @@ function lane(row, r) {
   label.title = p.summary || p.cmd;
   var tr = add(e, "div", "track");
   bar(tr, "life", p.start, p.end, "alive " + dur(p.end - p.start));
-  if (p.stall) bar(tr, "band", p.stall.since, p.end, "stalled: " + p.summary);
+  var stuck = p.stall && p.stall.kind === "stuck";
+  if (p.stall) bar(tr, stuck ? "band" : "band " + p.stall.kind, p.stall.since, p.end,
+                   (stuck ? "stalled: " : p.stall.kind + ": ") + p.summary);
   p.phases.forEach(function (ph) {
     var end = ph[2] == null ? p.end : ph[2], open = ph[3] === "open", failed = ph[3].indexOf("error") === 0;
     bar(tr, open ? "ph open" : failed ? "ph err" : "ph", ph[1], end,
       "phase " + ph[0] + " (" + (open ? "still open" : ph[3]) + ", " + dur(end - ph[1]) + ")");
   });
-  if (p.stall) mark(tr, "stall", p.stall.since, "stalled from here: " + p.summary);
+  if (stuck) mark(tr, "stall", p.stall.since, "stalled from here: " + p.summary);
   if (ENDS.indexOf(p.state) >= 0) mark(tr, p.state, p.end, WORD[p.state] + ": " + p.summary);
   return e;
 }

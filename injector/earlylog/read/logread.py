@@ -81,7 +81,7 @@ class Proc:
         self.starting = True    # nothing in its log yet beyond its own start-up (probes, imports)
         self.own = None         # the folder of the earlylog copy that wrote this log
         self.files = []
-        self.first = self.last = self.activity = None
+        self.first = self.last = self.activity = self.before_exit = None
         self.exit_status = self.exit_time = self.exit_call = None
         self.retrying = {}      # thread name -> {"time", "count", "address", "seconds", "handling"}, the newest
         self.exit_from = None   # (`thread loader` or `the main thread`, where the main thread was or None)
@@ -379,6 +379,8 @@ def _line(folder, path, state, line):
         p.tag = record["tag"]  # a second start line is the same pid after exec: the new program's tag
     # The phase reminder's `waiting X: still waiting` line is the watchdog's kind: no sign of life.
     if kind in LIFE and when is not None and not (kind == "phase" and record["msg"].startswith("waiting ")):
+        if kind == "exit":
+            p.before_exit = p.activity  # a stall that lasted until the exit (verdict._cut_short)
         p.activity = when
         if p.stall is not None and p.stall.get("resumed") is None and p.stall["time"] is not None and \
                 when >= p.stall["time"]:

@@ -103,9 +103,11 @@ def _process(p, now, here):
     # is not ended by their output: only by its `over` line.
     stalled_at_end = p.stall is not None and p.stall["over"] is None and \
         (p.stall.get("noisy") or p.activity is None or p.stall["time"] is None or p.stall["time"] >= p.activity)
-    if stalled_at_end:
+    cut = not stalled_at_end and p.stall is not None and p.stall["over"] is None and _cut_short(p)
+    if stalled_at_end or cut:
+        stalled_at_end = True
         main = _stuck_thread(p.stall)
-        d["stall"] = {"since": p.activity, "text": p.stall["text"], "threads": [_thread_dict(t) for t in p.stall["threads"]],
+        d["stall"] = {"since": p.before_exit if cut else p.activity, "text": p.stall["text"], "threads": [_thread_dict(t) for t in p.stall["threads"]],
                       "main": _thread_dict(main) if main else None}
         d["where"] = frame_dict(user_frame(main.frames)) if main else None
     # Local: this host's /proc can say whether it still runs. Without a readable time a reused
@@ -137,6 +139,11 @@ def _process(p, now, here):
     if stalled_at_end:
         _idle(d, p)
         _stall_summary(d, p, now, local)
+        if cut and _stuck(d):
+            d["state"] = "stalled"
+            d["summary"] = "%s until %s own code around that call ended the process (%s): a hang cut short, the " \
+                           "call never returned" % (d["stall"]["summary"], "Ray's" if _ray(d) else "the library's",
+                                                    p.exit_call.split(", from ")[0])
     elif d["state"] == "running":
         d["summary"] = "running, last sign of life %s ago" % secs(now - (p.last or now))
     if d["state"] in ("running", "stalled", "idle", "busy") and letter in _STOPPED:
@@ -212,6 +219,30 @@ def _exited(d, p):
         d["summary"] += "; then it %s during its shutdown (its parent sees -15)" % p.signal.text
 
 
+# `sys.exit(0) in main_loop at worker.py:1070`, `..., from <module> at train.py:6` (the program's call into it)
+_EXIT_AT = re.compile(r" in (\S+) at ([^:,]+):(\d+)(?:, from .*)?$")
+
+
+def _cut_short(p):
+    """A hang cut short by the library it runs in: the program's call stalled until the process
+    ended (nothing but the exit record after the stall), and the clean exit came from a library
+    frame that the stuck call was running inside: Ray's worker loop exits with sys.exit(0) when its
+    driver gives up or shuts down, leaving a task's function that never returned. The program's own
+    exit after a slow call (from its own code) is no such story: its call returned."""
+    at = _EXIT_AT.search(p.exit_call or "")
+    if at is None or p.exit_status != 0 or p.stall["time"] is None or (p.before_exit or 0) > p.stall["time"]:
+        return False
+    frames = _stuck_thread(p.stall).frames if p.stall["threads"] else []
+    user = next((i for i, f in enumerate(frames) if not library(f[0])), None)
+    return user is not None and any(
+        func == at.group(1) and os.path.basename(path) == at.group(2) and library(path)
+        for path, _line, func in frames[user + 1:])
+
+
+def _ray(d):
+    return (d["title"] or "").startswith("ray::") or "/ray/" in (d["command"] or "")
+
+
 def _os_exit(d, p):
     """os._exit called by the program's own code, or from a thread other than the main one: the
     process ended at once, and nothing it had left to do ran."""
@@ -275,7 +306,7 @@ def _stall_summary(d, p, now, local):
     """`stalled for 41 s in load at train.py:12 (phase X); blocked: ...`, as the summary of a
     process still stalled, or appended to how it ended."""
     upto = now if d["state"] in ("stalled", "idle", "busy") and local else p.last
-    silent = (upto or now) - (p.stall.get("since") or p.activity or p.first or now)
+    silent = (upto or now) - (p.stall.get("since") or d["stall"]["since"] or p.first or now)
     d["stall"]["seconds"] = round(silent, 1)
     main = d["stall"]["main"]
     place = where(frame_tuple(d["where"])) if main else "an unknown place (no stack was written)"

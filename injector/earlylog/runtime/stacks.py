@@ -215,6 +215,33 @@ def _running_loop(frame):
     return None
 
 
+def task_chains(frame):
+    """For each pending task on the event loop that the thread whose innermost frame is `frame`
+    runs: ([(file, function) of its coroutine frames, outermost first], whether its innermost frame
+    is a stream read on a connection a server accepted). None when it runs no loop, or the task set
+    changed while being read (the next look has it)."""
+    loop = _running_loop(frame)
+    asyncio = sys.modules.get("asyncio")
+    if loop is None or asyncio is None:
+        return None
+    try:
+        tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    except RuntimeError:
+        return None
+    out = []
+    for task in tasks[:1000]:
+        coro, chain, last = task.get_coro(), [], None
+        while len(chain) < MAX_FRAMES:
+            frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None) or getattr(coro, "ag_frame", None)
+            if frame is None:
+                break
+            chain.append((frame.f_code.co_filename, frame.f_code.co_name))
+            last = frame
+            coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None) or getattr(coro, "ag_await", None)
+        out.append((chain, last is not None and _server_read(last)))
+    return out
+
+
 def await_chain(coro, waiter=None):
     """['main.py:10 in worker', 'main.py:20 in fetch', 'awaiting <Future pending>'], outermost first;
     a bare Future at the end is named by waiter (`task NAME`) when that is known."""

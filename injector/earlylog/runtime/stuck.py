@@ -11,6 +11,7 @@ several times its slowest recent interval (runtime/progress.py). It must never p
 code: it reads sys._current_frames(), frame slots, a Thread's instance dict and cheap /proc files
 only; what it imports (kstate, waits, peers, stacks) it imports under threads.gated."""
 import os
+import re
 import sys
 import time
 from _thread import get_ident
@@ -36,7 +37,13 @@ _WORK = (("socketserver.py", "serve_forever"), ("socket.py", "accept"), ("grpc/_
          ("multiprocessing/pool.py", "worker"), ("torch/utils/data/_utils/worker.py", "_worker_loop"),
          ("ray/_private/worker.py", "main_loop"), ("multiprocessing/resource_tracker.py", "main"),
          ("multiprocessing/forkserver.py", "main"))
+# A library's own run loop sleeping between rounds (Ray's monitor and log monitor), by the name of
+# the function that sleeps (read/idle.py's _RUN_LOOP).
+_RUN_LOOP = re.compile(r"(?:^|_)(?:run|loop|forever|serve|monitor)(?:_|$)")
 _QUEUES = ("queue.py", "multiprocessing/queues.py")
+# asyncio awaits that mean a task waits for work: a server, a queue, a sleep (read/idle.py's).
+_ASYNC_WORK = (("asyncio/base_events.py", "serve_forever"), ("asyncio/queues.py", "get"),
+               ("asyncio/tasks.py", "sleep"), ("grpc/aio/_server.py", "wait_for_termination"))
 _PLUMBING = ("selectors.py", "threading.py", "queue.py", "socket.py", "multiprocessing/queues.py",
              "multiprocessing/connection.py", "multiprocessing/synchronize.py")
 
@@ -308,6 +315,62 @@ def _parked(stack, inner, main, users):
             all(_is(p, "threading.py") for p, _f, _l in inner) and inner[-1][1] == "wait":
         return True  # a main thread parked on an event at its top level: a service told to stop
     return False
+
+
+def waiting_for_work():
+    """True when every thread of the program is parked waiting for work: a Ray worker's or a
+    server's loop, an event loop whose pending tasks are all library code (a web framework's, Ray's
+    agents'), a pool's worker, a library's own helper threads; at least one thread must be so
+    parked. Such a process's silence is its idleness: the watchdog keeps its stall line off the
+    console (read/idle.py judges the dump the same way). Called in the watchdog thread under
+    threads.gated; reads frames and the loop's task set, runs none of the program's code."""
+    from earlylog.runtime import kstate, stacks
+    main_ident = our_threads.main_ident()
+    tids = _kernel_ids()
+    parked = serving = stopping = False
+    for ident, frame in sys._current_frames().items():
+        if ident == get_ident() or our_threads.name_of(ident) is not None:
+            continue
+        stack = []
+        f = frame
+        while f is not None and len(stack) < MAX_FRAMES:
+            stack.append((f.f_code.co_filename, f.f_code.co_name, f.f_lineno))
+            f = f.f_back
+        users = [i for i, (path, _func, _line) in enumerate(stack) if not _library(path)]
+        main = ident == main_ident
+        serving = serving or any(func in ("serve_forever", "wait_for_termination") for _p, func, _l in stack)
+        if not users and not main:
+            continue  # a library's own helper thread (a pool's, a gRPC poller), or a server's
+        if not users and stack and _RUN_LOOP.search(stack[0][1]) and tids.get(ident) is not None and \
+                (kstate.syscall(tids[ident]) or ("",))[0] == "sleep":
+            parked = True  # a library's run loop between rounds
+            continue
+        inner = stack[:users[0]] if users else stack
+        if inner and all(_is(p, "threading.py") for p, _f, _l in inner) and (
+                any(f in ("join", "_wait_for_tstate_lock") for _p, f, _l in inner) or
+                main and users and stack[users[0]][1] == "<module>" and inner[-1][1] == "wait"):
+            # A join, or a main thread on an event at its top level: waiting for the program to be
+            # told to stop, which is a server's idleness only beside a thread that serves (a queue's
+            # worker that is never told to stop keeps its join waiting forever).
+            stopping = True
+            continue
+        if not _parked(stack, inner, main, users):
+            return False
+        if any(func == "_run_once" and _is(path, "asyncio/base_events.py") for path, func, _l in stack):
+            if not (_is(stack[0][0], "selectors.py") and stack[1][1] == "_run_once"):
+                return False  # inside a task's step or a callback, not parked in its selector
+            tasks = stacks.task_chains(frame)
+            if tasks is None or not all(_task_waits_for_work(chain, serving) for chain, serving in tasks):
+                return False  # a task of the program's waits there for something else: a reply, a result
+        parked = True
+    return serving or parked and not stopping
+
+
+def _task_waits_for_work(chain, server_read):
+    """A library's own task, or one that awaits a server, a queue, a sleep or its client's next
+    request (read/idle.py's _loop_tasks)."""
+    return server_read or all(_library(path) for path, _func in chain) or \
+        any(func == name and _is(path, suffix) for path, func in chain for suffix, name in _ASYNC_WORK)
 
 
 def _waiting(frame, tid):

@@ -18,6 +18,11 @@ def _stacks():
     return stacks
 
 
+def _waiting_for_work():
+    from earlylog.runtime import stuck
+    return stuck.waiting_for_work()
+
+
 def _waiting_for_children():
     """(`waiting for child pid 812 (python train.py)...` or None, whether those children print their
     own stall lines on a terminal) for a main thread that waits for children or sleeps while they run."""
@@ -207,6 +212,9 @@ class Watchdog:
         phase = phases.describe(threads.main_ident()) or next(
             (phases.describe(tid) for tid in phases.current()), "")
         waiting, printed, prompt = None, False, None
+        # Every Python thread parked waiting for work (CPU then comes from native threads: Ray's
+        # gRPC ones): a server's idleness, whatever it computes underneath.
+        idle = _waiting_for_work()
         if busy:
             state = "busy: CPU time still rising (%d%% of a core), computing rather than hung" % round(whole * 100)
         else:
@@ -214,13 +222,18 @@ class Watchdog:
             prompt = terminal.waiting()  # a person at the terminal (a pager, an editor: a child's)
             if not prompt:
                 waiting, printed = _waiting_for_children()
-            state = prompt or waiting or "blocked: no CPU used; each thread below says on what"
+            idle = idle and not prompt and not waiting
+            state = prompt or waiting or (
+                "idle: every thread waits for work (a server, a worker's loop, an event loop)" if idle else
+                "blocked: no CPU used; each thread below says on what")
         # A launcher waiting for children whose own stall lines reach the terminal would only repeat
         # them there, and alarm about a healthy run while they work: its line stays in its log. A
-        # person answering a prompt would find the line in the middle of it: never on the console.
+        # person answering a prompt would find the line in the middle of it, and an idle server's
+        # (Ray's daemons, whose output Ray forwards to the driver's terminal) would be a false alarm:
+        # never on the console.
         self._quiet("stall", "silent for %.0f s%s; %s; stacks in %s" % (
             silence, " (phase %s)" % phase if phase else "", state, self.logger.path or "the console"),
-            console=False if prompt else None if printed else True)
+            console=False if prompt or idle else None if printed else True)
         self._dump("stall after %.0f s of silence" % silence, shares)
 
     def dump(self, reason):
