@@ -7,7 +7,7 @@ import re
 import time
 
 from earlylog import __version__
-from earlylog.read import acted, async_causes, greenlets, idle, known, process_causes, thread_causes
+from earlylog.read import acted, async_causes, greenlets, idle, known, registry
 from earlylog.read.causes import busy, first_line, label, secs
 from earlylog.read.frames import (call_name, frame_dict, frame_tuple, in_event_loop, library, task_chains, user_frame,
                                   where)
@@ -16,7 +16,6 @@ from earlylog.runtime import identity, retries
 SCHEMA = 1
 TROUBLE = ("stalled", "crashed", "killed", "vanished", "failed")
 ALIKE = 3  # processes of one parent that ended the same way are told in one verdict line
-_RUN_CAUSES = ("run-stopped", "first-failure")  # causes about a whole run, not about one wait
 _STOPPED = ("T", "t")  # kernel states of a process held stopped: by a signal, by a tracer
 _CRASHES = {"Segmentation fault": "SIGSEGV", "Floating point exception": "SIGFPE", "Aborted": "SIGABRT",
             "Bus error": "SIGBUS", "Illegal instruction": "SIGILL"}
@@ -356,7 +355,7 @@ def judge(folder, now=None):
     report = {"schema": SCHEMA, "earlylog": __version__, "folder": os.path.abspath(folder.path),
               "generated": round(now, 3), "host": here, "hosts": sorted({d["host"] or "?" for d in out}),
               "counts": counts, "verdict": [], "problems": list(folder.problems), "processes": out}
-    report["causes"] = [c.as_dict() for c in _causes(report, folder)]
+    report["causes"] = [c.as_dict() for c in registry.find(report, folder)]
     report["verdict"] = _verdict(out, by_key, report["causes"])
     return report
 
@@ -631,20 +630,6 @@ def _in_collective(d):
                            "waiting for peers" in (main["phase"] or ""))
 
 
-def _causes(report, folder):
-    """Every cause the evidence shows, thread-level first; one failing step costs only its own."""
-    found = []
-    for module in (acted, thread_causes, async_causes, process_causes):
-        try:
-            found.extend(module.find(report, folder))
-        except Exception as exc:  # input nobody foresaw: say so, keep the rest of the report
-            report["problems"].append("earlylog could not work out the %s causes (%r)"
-                                      % (module.__name__.rpartition(".")[2].replace("_causes", ""), exc))
-    # What each process was stuck on comes before how the run ended (a whole run stopped from
-    # outside is read after a timeout or a Ctrl-C).
-    return sorted(found, key=lambda c: c.kind in _RUN_CAUSES)
-
-
 def _verdict(out, by_key, causes):
     """The short story, most important first: a headline, the causes with their next steps, then
     one line per process in trouble that no cause explains."""
@@ -662,7 +647,7 @@ def _verdict(out, by_key, causes):
     lines += _ranks(out, explained, stragglers)
     explained.update(id(d) for d in out if acted.ended(d))  # its stall-exit cause tells it
     # A waiting process and what it waits for, already told (a run-level cause lists pids, not a pair).
-    told = {frozenset(c["pids"][:2]) for c in causes if len(c["pids"]) > 1 and c["kind"] not in _RUN_CAUSES}
+    told = {frozenset(c["pids"][:2]) for c in causes if len(c["pids"]) > 1 and c["kind"] not in registry.RUN_KINDS}
     lines += _parents(out, by_key, explained, stragglers, told)
     alike = _alike(troubled)
     for d in troubled:
