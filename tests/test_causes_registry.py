@@ -61,3 +61,17 @@ def test_a_waiter_that_skips_told_pairs_is_superseded_by_every_kind_found_before
         for g in waiters[:i + 1]:
             for k in registry.kinds(g):
                 assert mine & set(registry.KINDS[k].supersedes), "%s does not supersede %s" % (k, f.fn.__name__)
+
+
+def test_each_verdict_pass_yields_only_the_fields_it_declares():
+    """verdict.PASSES judge states again as changes, (record, {field: value}); each names the
+    fields it may change, and its code yields no other."""
+    from earlylog.read import verdict
+    for name, run, fields in verdict.PASSES:
+        called = re.findall(r"(_\w+)\(", inspect.getsource(run).partition("lambda")[2])
+        source = inspect.getsource(getattr(verdict, called[0]))
+        changes = re.findall(r"yield \w+, \{(.*?)\}(?:\n|$)", source, re.S)
+        assert changes, name
+        yielded = {key for change in changes for key in re.findall(r"\"(\w+)\": ", change) if key in
+                   ("state", "summary", "idle", "retrying", "waited_by", "killed_by")}
+        assert yielded and yielded <= set(fields), (name, yielded, fields)
