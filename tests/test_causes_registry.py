@@ -27,11 +27,20 @@ def test_each_kind_is_declared_once_with_a_level_a_title_and_a_sentence_or_two()
     for k in declared:
         assert k.level in (registry.THREAD, registry.PROCESS, registry.RUN), k.kind
         assert k.title and k.doc.endswith((".", "?")) and 1 <= k.doc.count(". ") + 1 <= 3, k.kind
-        assert set(k.supersedes) <= set(registry.KINDS) | {registry.ALL}, k.kind
     for f in registry.FINDERS:  # a kind named by id is declared by an earlier finder
         earlier = {k.kind for g in registry.FINDERS[:registry.FINDERS.index(f)] for k in g.causes
                    if isinstance(k, registry.Kind)}
         assert all(k in earlier for k in f.causes if isinstance(k, str)), f.fn.__name__
+
+
+def test_each_verdict_line_names_the_verdict_function_that_tells_it_and_what_supersedes_it_exists():
+    from earlylog.read import verdict
+    for kind, function in registry.LINES:
+        assert callable(getattr(verdict, function)), function
+        assert kind.kind not in registry.KINDS and set(kind.supersedes) <= set(registry.KINDS) | set(
+            registry.LINE_KINDS), kind.kind
+    for k in registry.KINDS.values():
+        assert set(k.supersedes) <= set(registry.KINDS) | set(registry.LINE_KINDS) | {registry.ALL}, k.kind
 
 
 def test_what_one_dump_s_causes_supersede_makes_no_circle():

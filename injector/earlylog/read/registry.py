@@ -52,7 +52,8 @@ FINDERS = (
     Finder(acted.find, "run", Kind(
         "stall-exit", PROCESS, "ended by earlylog",
         "EARLYLOG_STALL_EXIT ended a stuck process with status 124 (where it was stuck, for how long; for a torchrun "
-        "rank, whether the next attempt ran): a restart hides the hang, it does not fix it.")),
+        "rank, whether the next attempt ran): a restart hides the hang, it does not fix it.",
+        supersedes=["trouble"])),
     # --- one process's last dump (thread_causes.py) ---
     Finder(thread_causes.gil, "stall", Kind(
         "gil", THREAD, "GIL held",
@@ -111,7 +112,7 @@ FINDERS = (
     Finder(thread_causes.run_stopped, "run", Kind(
         "run-stopped", RUN, "whole run stopped",
         "N processes ended at the same moment: a scheduler limit or a kill from outside, not N separate "
-        "failures.")),
+        "failures.", supersedes=["vanished"])),
     Finder(thread_causes.first_failure, "run", Kind(
         "first-failure", RUN, "first failure",
         "Rank R failed first and the other ranks failed after it: fix R's error; the rest follow from it.")),
@@ -128,7 +129,7 @@ FINDERS = (
     Finder(process_causes.killed_children, "run", Kind(
         "child-killed", PROCESS, "child killed while its parent waits",
         "A child was killed by a signal (the OOM killer, kill -9) while its parent waited for it without a time "
-        "limit: find the killer, and have the parent check the child's status.")),
+        "limit: find the killer, and have the parent check the child's status.", supersedes=["trouble"])),
     Finder(process_causes.retries, "run", Kind(
         "retrying", THREAD, "retrying",
         "A thread keeps failing the same way and sleeping between tries (a refused connect): it is not idle; fix "
@@ -198,8 +199,36 @@ FINDERS = (
         "locks: kill them; stop a launcher with Ctrl-C or SIGTERM.")),
 )
 
+# Stories the verdict tells as lines of their own, not in "causes" (so --json keeps its shape):
+# declared here for their docs (docs/causes.md marks them "verdict line") and for what supersedes
+# them; verdict.py finds them, in the function each names, as it writes the verdict.
+LINES = (
+    (Kind("trouble", PROCESS, "process in trouble",
+          "A process in trouble that no cause or other line explains gets a line of its own: its state, where it "
+          "was, and the next step its error is known to need."), "_verdict"),
+    (Kind("straggler", RUN, "straggler rank",
+          "The rank elsewhere while the other ranks wait for it in a collective: look at that rank; the others only "
+          "wait for it.", supersedes=["trouble"]), "_ranks"),
+    (Kind("child-ended", PROCESS, "child ended",
+          "A parent waits for a child that crashed, failed or stalled, with no cause more precise: fix what ended "
+          "the child; wait with a timeout and check its exit status.", supersedes=["trouble"]), "_parents"),
+    (Kind("vanished", PROCESS, "likely SIGKILL",
+          "A process vanished with no exit record: the kernel's OOM killer when its memory lines show pressure, "
+          "else SIGKILL from a person or a scheduler."), "_vanished_cause"),
+    (Kind("killed", PROCESS, "killed, as another process says",
+          "Another process's output says it killed this one (Ray's memory monitor): killed, by whom, and the next "
+          "step, whatever its own log shows.", supersedes=["child-killed"]), "_killed_by_notice"),
+)
+
 KINDS = {k.kind: k for f in FINDERS for k in f.causes if isinstance(k, Kind)}
+LINE_KINDS = {k.kind: k for k, _ in LINES}
 RUN_KINDS = frozenset(k for k, v in KINDS.items() if v.level == RUN)
+
+
+def superseding(causes, kind):
+    """The causes (as --json has them) whose kind supersedes `kind`, one of LINES: the verdict tells
+    no such line for the processes they name."""
+    return [c for c in causes if kind in KINDS[c["kind"]].supersedes]
 
 
 def kinds(f):

@@ -7,7 +7,7 @@ import re
 import time
 
 from earlylog import __version__
-from earlylog.read import acted, async_causes, greenlets, idle, known, registry
+from earlylog.read import async_causes, greenlets, idle, known, registry
 from earlylog.read.causes import busy, first_line, label, secs
 from earlylog.read.frames import (call_name, frame_dict, frame_tuple, in_event_loop, library, task_chains, user_frame,
                                   where)
@@ -663,12 +663,12 @@ def _verdict(out, by_key, causes):
     lines += ["%s; next: %s" % (c["text"], c["next"]) if c["next"] else c["text"] for c in causes]
     explained, stragglers = set(), set()
     # A run stopped as a whole is one cause, not one "likely SIGKILL" guess per process.
-    stopped = {pid for c in causes if c["kind"] == "run-stopped" for pid in c["pids"]}
-    # A child killed while its parent waited is told by its cause (child-killed).
-    killed = {c["pids"][0] for c in causes if c["kind"] == "child-killed"}
-    explained.update(id(d) for d in out if d["waited_by"] and d["pid"] in killed)
+    stopped = {pid for c in registry.superseding(causes, "vanished") for pid in c["pids"]}
+    # A cause that tells a process whole (a child killed while its parent waited, a process
+    # EARLYLOG_STALL_EXIT ended) names it first: no line of its own.
+    told_whole = {c["pids"][0] for c in registry.superseding(causes, "trouble")}
+    explained.update(id(d) for d in out if d["pid"] in told_whole)
     lines += _ranks(out, explained, stragglers)
-    explained.update(id(d) for d in out if acted.ended(d))  # its stall-exit cause tells it
     # A waiting process and what it waits for, already told (a run-level cause lists pids, not a pair).
     told = {frozenset(c["pids"][:2]) for c in causes if len(c["pids"]) > 1 and c["kind"] not in registry.RUN_KINDS}
     lines += _parents(out, by_key, explained, stragglers, told)
