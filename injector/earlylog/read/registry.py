@@ -1,8 +1,9 @@
 """The causes the report can name, in one place: each kind of cause (the id reports and --json
 show), its level (a thread, a process, the run), the name and sentence docs/causes.md gives it,
-the kinds it supersedes, and the finder that looks for it; and the one loop that runs the
-finders over a judged report (verdict.py calls `find`). Adding a cause is one entry here and its
-test; tests/test_docs.py holds docs/causes.md to this list.
+the kinds it supersedes, and the finder that looks for it; the stories the verdict tells as lines
+of their own (LINES); and the one loop that runs the finders over a judged report (verdict.py
+calls `find`). Adding a cause is one entry here and its test; tests/test_docs.py holds
+docs/causes.md to this list.
 
 It owns the order finders run in and the rule of supersession; the finders own the evidence (their
 bodies stay in thread_causes.py, process_causes.py, async_causes.py, acted.py). It only reads the
@@ -20,8 +21,9 @@ class Kind:
     rest), `title` (its name in docs/causes.md), `doc` (what it means, for users), and
     `supersedes`: kinds it outranks. Where both are found in one process's dump and the cause
     superseded concerns a thread the superseding one names (a lock wait inside a deadlock), only
-    the superseding one is told; among the waiter finders, a parent and child pair is told by the
-    first finder that finds it, so a kind's finder runs before those of the kinds it supersedes."""
+    the superseding one is told; a waiter finder skips a parent and child pair that a cause found
+    before it, of a kind that supersedes its own, told; and the verdict tells no line of LINES a
+    cause that supersedes it names (a whole run stopped: no "likely SIGKILL" for each process)."""
     __slots__ = ("kind", "level", "title", "doc", "supersedes")
 
     def __init__(self, kind, level, title, doc, supersedes=()):
@@ -306,11 +308,11 @@ def _run(batch, report, folder):
                 got = f.fn(s) if f.scan == "stall" else [c for t in s.threads for c in f.fn(s, t)]
                 alone = any(ALL in KINDS[c.kind].supersedes for c in got)
                 mine += got
-        found += supersede(mine)
+        found += _supersede(mine)
     return found
 
 
-def supersede(found):
+def _supersede(found):
     """The causes of one process less those a cause found with them supersedes: one that names the
     thread the other is about (its first thread). A cause superseded is no evidence against others."""
     kept = []
