@@ -53,6 +53,17 @@ def test_a_cycle_of_three_is_one_deadlock_and_nothing_else(tmp_path):
     assert "thread a holds `lock_a`" in cause["text"] and "waits for `lock_b` at r.py:10" in cause["text"]
 
 
+def test_a_deadlock_supersedes_the_lock_waits_in_it_and_only_those(tmp_path):
+    outside = thread("d", "0x9", [("/app/r.py", 30, "d", "with lock_a:")], notes=[
+        "waits for: lock lock_a (threading.Lock at 0x200)",
+        "held by: thread a (ident 0x1); with block at /app/r.py:20 in a"])
+    stalled(tmp_path, 11, *_ring(["a", "b"]), outside)
+    found = causes(tmp_path)
+    assert [c["kind"] for c in found] == ["deadlock", "lock"], found
+    assert found[0]["threads"] == ["a", "b"] and found[1]["threads"] == ["d", "a"]
+    assert "thread d waits for lock `lock_a`" in found[1]["text"] and "thread a holds it" in found[1]["text"]
+
+
 def test_waiting_for_a_lock_a_busy_thread_holds_is_no_cause(tmp_path):
     stalled(tmp_path, 12, thread("MainThread", "0x1", [("/app/m.py", 5, "step", "total += x")], state=BUSY,
                                  main=True, daemon=False),

@@ -7,6 +7,7 @@ import subprocess
 
 from support import ROOT, clean_env
 
+from earlylog.read.registry import KINDS, LINE_KINDS
 from earlylog.runtime.config import KNOBS
 
 README = os.path.join(ROOT, "README.md")
@@ -33,6 +34,17 @@ def anchors(path):
 def test_readme_knob_table_lists_every_knob_and_no_other():
     rows = set(re.findall(r"^\| `(EARLYLOG\w*)` \|", text(README), re.M))
     assert rows == set(KNOBS)
+
+
+def test_causes_page_names_every_registered_cause_and_no_other():
+    """docs/causes.md has one `- **title** (`kind`)` line per kind read/registry.py declares, with
+    its title, and one `- **title** (verdict line)` per story the verdict tells as a line (LINES)."""
+    page = text(os.path.join(ROOT, "docs", "causes.md"))
+    listed = re.findall(r"^- \*\*(.+?)\*\* \(`([a-z-]+)`\)", page, re.M)
+    assert len(listed) == len({kind for _, kind in listed}), "a kind listed twice"
+    assert {kind: title for title, kind in listed} == {k.kind: k.title for k in KINDS.values()}
+    lines = re.findall(r"^- \*\*(.+?)\*\* \(verdict line\)", page, re.M)
+    assert sorted(lines) == sorted(k.title for k in LINE_KINDS.values())
 
 
 def readme_code():

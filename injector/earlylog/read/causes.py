@@ -2,8 +2,8 @@
 the evidence (thread, frame, pid) and gives the next step. Thread-level causes (locks, joins,
 exits, dead threads, the GIL, crashes) live in thread_causes.py, asyncio's (a blocked loop, a
 dead task) in async_causes.py, process-level ones (children, pipes, stdin, sockets, pools) in
-process_causes.py; verdict.py gathers and orders them. Also the
-words every cause uses for a process and a duration."""
+process_causes.py; read/registry.py lists every kind, runs the finders and orders what they find.
+Also the words every cause uses for a process and a duration."""
 
 
 class Cause:

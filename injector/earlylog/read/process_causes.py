@@ -32,30 +32,47 @@ _HELPERS = ("resource-tracker", "forkserver")
 _PROMPT_ENDS = ("?", ":", "]", ")", ">")
 
 
-def find(report, folder):
-    """The process-level causes of the stalled processes, the most basic kinds first; a parent and
-    child pair is told once (a pipe deadlock is not also a parent waiting on its child)."""
+def waiting(report, folder, finders):
+    """The causes the registry's waiter finders find in the blocked threads (read/registry.py:
+    each finder with the processes it reads, `among`, whether only those still stalled, `live`,
+    and the kinds of cause that supersede its own, `above`), in the registry's order, the most
+    basic kinds first: each finder reads every thread of its processes before the next one starts,
+    and a parent and child pair is told once (a pipe deadlock is not also a parent waiting on its
+    child): a finder skips a pair in `told`, the pairs of the causes found before that supersede it."""
     procs = {(d["host"], d["pid"]): d for d in report["processes"]}
-    stuck = [d for d in report["processes"] if _stuck_at_end(d)]
-    found, told = [], set()
-    # Read after the run was stopped, a process's children ended with it: what it waited for is in
-    # its last dump, but a child with no record of its end is no evidence (_ended), and the verdict
-    # itself says whom a parent "had waited" for.
-    live_only = (_child_wait,)
-    for finder in (_read_deadlock, _stdin, _pipe_deadlock, _queue_join, _pipe_held, _pool, _child_died, _shared_lock, _network,
-                   _file_lock, _full_stream, _child_wait):
-        # A pool restarting workers that fail as they start keeps its own thread busy: it is no less hung.
-        for d in (stuck if finder is not _pool else [d for d in report["processes"] if d["stall"] is not None
-                                                       and not d["idle"] and d["state"] in _POOL_WAITERS]):
-            if d["state"] != "stalled" and finder in live_only:
+    found = []
+    for finder, among, live, above in finders:
+        for d in among(report):
+            if live and d["state"] != "stalled":
                 continue
             for t in d["stall"]["threads"]:
+                told = {frozenset(c.pids[:2]) for c in found if c.kind in above}
                 cause = finder(_Seen(d, t, procs, folder), told)
                 if cause is not None:
                     found.append(cause)
-                    told.add(frozenset(cause.pids[:2]))
-    return _killed_children(report["processes"], procs) + _retries(report["processes"]) + found + \
-        _orphans(report["processes"], procs)
+    return found
+
+
+def stuck(report):
+    """The processes whose last dump tells what they were stuck on at the end."""
+    return [d for d in report["processes"] if _stuck_at_end(d)]
+
+
+def pool_waiters(report):
+    """A pool restarting workers that fail as they start keeps its own thread busy: it is no less hung."""
+    return [d for d in report["processes"] if d["stall"] is not None and not d["idle"] and d["state"] in _POOL_WAITERS]
+
+
+def killed_children(report, folder):
+    return _killed_children(report["processes"], {(d["host"], d["pid"]): d for d in report["processes"]})
+
+
+def retries(report, folder):
+    return _retries(report["processes"])
+
+
+def orphans(report, folder):
+    return _orphans(report["processes"], {(d["host"], d["pid"]): d for d in report["processes"]})
 
 
 def _orphans(processes, procs):

@@ -86,46 +86,90 @@ class _Thread:
         return "is now in %s%s" % (self.where(), " (%s)" % self.doing() if self.doing() else "")
 
 
-def find(report, folder):
-    """The thread-level causes of a judged report: each process's, then the run's."""
-    causes = []
+class Stall:
+    """One process of a judged report, as its thread-level finders see it (read/registry.py runs
+    them): its record d, its log p, its parent's log, and, when it stalled, its dump's threads with
+    the runtime's notes read (`threads` is None otherwise), by ident, and the lock cycles among them."""
+
+    def __init__(self, d, p, parent):
+        self.d, self.p, self.parent = d, p, parent
+        self.threads = [_Thread(t) for t in p.stall["threads"]] \
+            if d["stall"] is not None and p.stall is not None else None
+        self.by_ident = {t.ident: t for t in self.threads or () if t.ident}
+        self.cycles = _cycles(self.threads, self.by_ident) if self.threads is not None else []
+        self.in_cycle = {t.ident for c in self.cycles for t in c}
+
+
+def stalls(report, folder):
+    """A Stall for each process of the report that has a log here."""
     for d in report["processes"]:
         p = folder.procs.get((d["host"], d["pid"]))
         if p is not None:
-            causes += _stalled(d, p, folder.procs.get((d["host"], d["ppid"]))) + _overflow(d, p)
-    return causes + _run_stopped(report, folder) + _first_failure(report)
+            yield Stall(d, p, folder.procs.get((d["host"], d["ppid"])))
 
 
-# --- one stalled process ---------------------------------------------------------------------
+# --- the finders the registry runs on one stalled process (s: a Stall, t: one of its threads);
+# what one cause supersedes (a deadlock, the lock waits in it) is the registry's to drop ----------
 
-def _stalled(d, p, parent):
-    if d["stall"] is None or p.stall is None:
+def gil(s):
+    return _gil(s.d, s.p) if s.p.stall.get("gil") else []
+
+
+def deadlocks(s):
+    return [_deadlock(s.d, c) for c in s.cycles]
+
+
+def starved(s):
+    return _starved(s.d, s.threads)
+
+
+def imports(s, t):
+    """A thread waiting for an import: a lock a fork copied, an import deadlock, or an import."""
+    if not (t.wait and t.wait["kind"] == "import" and not t.busy):
         return []
-    if p.stall.get("gil"):
-        return _gil(d, p)
-    threads = [_Thread(t) for t in p.stall["threads"]]
-    by_ident = {t.ident: t for t in threads if t.ident}
-    cycles = _cycles(threads, by_ident)
-    in_cycle = {t.ident for c in cycles for t in c}
-    out = [_deadlock(d, c) for c in cycles] + _starved(d, threads)
-    importing = {}  # ident of a thread whose import another thread waits for -> that waiter
-    for t in threads:
-        if t.wait and t.wait["kind"] == "import" and not t.busy:
-            copied = p.forked and _fork_copy(d, t, by_ident, parent)
-            found = copied or _import(d, t, by_ident)
-            out += found
-            if found and not copied:
-                importing[_holder(t, by_ident)[0].ident] = t
-    for t in threads:
-        if t.ident in importing and _holder(t, by_ident)[0] is importing[t.ident]:
-            continue  # the import deadlock above tells this lock wait
-        if t.wait and t.wait["kind"] in _LOCKS and t.ident not in in_cycle and not t.busy:
-            out += (p.forked and _fork_copy(d, t, by_ident, parent)) or _lock(d, t, by_ident)
-        if t.joins and not t.busy and not _flush_for_parent(d, t, by_ident, parent) and \
-                getattr(importing.get(t.ident), "ident", None) != t.joins["ident"]:
-            out += _join(d, t, by_ident, in_cycle)
-    return out + _shutdown(d, threads) + _deaths(d, p, threads) + _unmarked(d, threads) + _unset(d, threads) + \
-        greenlets.causes(d, p.stall["threads"])
+    return (_fork_copy(s.d, t, s.by_ident, s.parent) if s.p.forked else []) + _import(s.d, t, s.by_ident)
+
+
+def waits(s, t):
+    """A thread waiting for a lock (its holder, or a lock a fork copied) or in a join."""
+    found = []
+    if t.wait and t.wait["kind"] in _LOCKS and not t.busy:
+        found += (_fork_copy(s.d, t, s.by_ident, s.parent) if s.p.forked else []) + _lock(s.d, t, s.by_ident)
+    if t.joins and not t.busy and not _flush_for_parent(s.d, t, s.by_ident, s.parent):
+        found += _join(s.d, t, s.by_ident, s.in_cycle)
+    return found
+
+
+def shutdown(s):
+    return _shutdown(s.d, s.threads)
+
+
+def deaths(s):
+    return _deaths(s.d, s.p, s.threads)
+
+
+def unmarked(s):
+    return _unmarked(s.d, s.threads)
+
+
+def unset(s):
+    return _unset(s.d, s.threads)
+
+
+def hub(s):
+    return greenlets.causes(s.d, s.p.stall["threads"])
+
+
+def overflow(s):
+    return _overflow(s.d, s.p)
+
+
+def run_stopped(report, folder):
+    return _run_stopped(report, folder)
+
+
+def first_failure(report, folder):
+    return _first_failure(report)
 
 
 def _holder(t, by_ident):

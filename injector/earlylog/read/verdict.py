@@ -7,7 +7,7 @@ import re
 import time
 
 from earlylog import __version__
-from earlylog.read import acted, async_causes, greenlets, idle, known, process_causes, thread_causes
+from earlylog.read import async_causes, greenlets, idle, known, registry
 from earlylog.read.causes import busy, first_line, label, secs
 from earlylog.read.frames import (call_name, frame_dict, frame_tuple, in_event_loop, library, task_chains, user_frame,
                                   where)
@@ -16,7 +16,6 @@ from earlylog.runtime import identity, retries
 SCHEMA = 1
 TROUBLE = ("stalled", "crashed", "killed", "vanished", "failed")
 ALIKE = 3  # processes of one parent that ended the same way are told in one verdict line
-_RUN_CAUSES = ("run-stopped", "first-failure")  # causes about a whole run, not about one wait
 _STOPPED = ("T", "t")  # kernel states of a process held stopped: by a signal, by a tracer
 _CRASHES = {"Segmentation fault": "SIGSEGV", "Floating point exception": "SIGFPE", "Aborted": "SIGABRT",
             "Bus error": "SIGBUS", "Illegal instruction": "SIGILL"}
@@ -374,22 +373,46 @@ def judge(folder, now=None):
         parent = by_key.get((d["host"], d["ppid"]))
         if parent is not None and parent is not d:
             parent["children"].append(d["pid"])
-    _killed_by_notice(out, folder.kills)
-    _killed_while_waited(out, by_key, procs)
-    for p, d in zip(procs, out):
-        _retrying(d, p)
-    _stopped_at_end(out, by_key)
-    _waited_on(out)
-    _waits_on_working_children(out, by_key)
+    _rejudge(_Judged(out, by_key, procs, folder))
     counts = {"processes": len(out)}
     for d in out:
         counts[d["state"]] = counts.get(d["state"], 0) + 1
     report = {"schema": SCHEMA, "earlylog": __version__, "folder": os.path.abspath(folder.path),
               "generated": round(now, 3), "host": here, "hosts": sorted({d["host"] or "?" for d in out}),
               "counts": counts, "verdict": [], "problems": list(folder.problems), "processes": out}
-    report["causes"] = [c.as_dict() for c in _causes(report, folder)]
+    report["causes"] = [c.as_dict() for c in registry.find(report, folder)]
     report["verdict"] = _verdict(out, by_key, report["causes"])
     return report
+
+
+class _Judged:
+    """What the passes read: each process's record (oldest first), the records by (host, pid),
+    the logs in the records' order, and the folder."""
+
+    def __init__(self, out, by_key, procs, folder):
+        self.out, self.by_key, self.procs, self.folder = out, by_key, procs, folder
+
+
+# The passes that judge the states again once every process has one (the classifier, _process,
+# judged each alone), in this order, each with the fields it may change. A pass yields changes,
+# (record, {field: value}), and each is applied as it comes: the rest of the pass, and every pass
+# after it, read the states as changed so far (a supervisor is judged before what it started).
+PASSES = (
+    ("killed by notice", lambda j: _killed_by_notice(j.out, j.folder.kills), ("state", "killed_by", "summary")),
+    ("killed while waited", lambda j: _killed_while_waited(j.out, j.by_key, j.procs),
+     ("waited_by", "state", "summary")),
+    ("retrying", lambda j: (c for p, d in zip(j.procs, j.out) for c in _retrying(d, p)),
+     ("retrying", "state", "idle", "summary")),
+    ("stopped at the end", lambda j: _stopped_at_end(j.out, j.by_key), ("state", "summary")),
+    ("straggler rank", lambda j: _waited_on(j.out), ("state", "idle", "summary")),
+    ("waits on working children", lambda j: _waits_on_working_children(j.out, j.by_key), ("state", "idle", "summary")),
+)
+
+
+def _rejudge(judged):
+    for _name, run, _fields in PASSES:
+        for d, change in run(judged):
+            d.update(change)
 
 
 # What to do when a supervisor says it killed a process, by who killed it.
@@ -408,10 +431,9 @@ def _killed_by_notice(out, kills):
         d = here[0] if len(here) == 1 else found[0] if len(found) == 1 else None
         if d is None or d["state"] in ("exited", "crashed"):
             continue
-        d["state"], d["killed_by"] = "killed", who
-        d["summary"] = "killed by %s, as the output of a process on %s says: %s%s" % (
-            who, host or "its host", _without_ids(line.strip())[:300],
-            "; next: " + _KILL_NEXT[who] if who in _KILL_NEXT else "")
+        yield d, {"state": "killed", "killed_by": who, "summary": "killed by %s, as the output of a process on %s "
+                  "says: %s%s" % (who, host or "its host", _without_ids(line.strip())[:300],
+                                  "; next: " + _KILL_NEXT[who] if who in _KILL_NEXT else "")}
 
 
 _RETRIES = re.compile(r"^retries: (\d+) failures seen in the last ([\d.]+) s$")
@@ -450,7 +472,7 @@ def _retrying(d, p):
     found["address"] = m.group("target") if m else None
     if retries.polling(found["error"], found["address"]):
         return  # `except queue.Empty: time.sleep(1)`: a worker polling for work, idle
-    d["retrying"] = found
+    yield d, {"retrying": found}
     what = "connecting to %s (%s)" % (found["address"], found["error"]) if found["address"] else "with %s" % (
         found["error"])
     if found["count"]:
@@ -459,11 +481,11 @@ def _retrying(d, p):
         text = "retrying: sleeping between tries after a failure %s" % what
     text += " in " + (found["raised_in"] or where(frame_tuple(found["frame"])))
     if d["state"] in ("idle", "running", "busy", "stalled"):
-        d["state"], d["idle"], d["summary"] = "stalled", None, text
+        yield d, {"state": "stalled", "idle": None, "summary": text}
     else:
         if d["idle"]:  # it was never idle: drop the stall's words for it
-            d["idle"], d["summary"] = None, d["summary"].partition("; it had been idle")[0]
-        d["summary"] += "; it was " + text
+            yield d, {"idle": None, "summary": d["summary"].partition("; it had been idle")[0]}
+        yield d, {"summary": d["summary"] + "; it was " + text}
 
 
 _CHILD_WAIT = re.compile(r"^child: pid (\d+) \((.*?)\), state ")
@@ -495,13 +517,13 @@ def _killed_while_waited(out, by_key, procs):
                     continue
                 frame = user_frame(t.frames)
                 code = t.code.get(t.frames.index(frame)) if frame in t.frames else None
-                d["waited_by"] = {"pid": p.pid, "thread": t.name, "frame": frame_dict(frame), "code": code,
-                                  "call": call_name(t.frames), "until": stall.get("resumed"), "command": command}
                 # No exit record: SIGKILL, which nothing can catch; a `killed` one wrote SIGTERM's stacks.
-                d["waited_by"]["signal"] = "SIGKILL" if d["state"] == "vanished" else "SIGTERM"
-                d["state"] = "killed"
-                d["summary"] = "killed by %s while pid %d (%s) waited for it in %s" % (
-                    d["waited_by"]["signal"], p.pid, parent["tag"] if parent else "?", where(frame))
+                signal = "SIGKILL" if d["state"] == "vanished" else "SIGTERM"
+                yield d, {"waited_by": {"pid": p.pid, "thread": t.name, "frame": frame_dict(frame), "code": code,
+                                        "call": call_name(t.frames), "until": stall.get("resumed"),
+                                        "command": command, "signal": signal},
+                          "state": "killed", "summary": "killed by %s while pid %d (%s) waited for it in %s" % (
+                              signal, p.pid, parent["tag"] if parent else "?", where(frame))}
 
 
 def _without_ids(text):
@@ -541,17 +563,17 @@ def _stopped_at_end(out, by_key):
                                                "exited with status 0" if boss["state"] == "exited" else
                                                "was stopped so too")
             if _stuck(d):
-                d["state"], d["summary"] = "stalled", "%s until it was stopped at the end of the run (%s)" % (
-                    d["stall"]["summary"], then)
+                yield d, {"state": "stalled", "summary": "%s until it was stopped at the end of the run (%s)" % (
+                    d["stall"]["summary"], then)}
             else:
-                d["state"], d["summary"] = "terminated", "stopped at the end of the run: " + then
+                yield d, {"state": "terminated", "summary": "stopped at the end of the run: " + then}
         elif boss is not None and boss is not d and boss["state"] == "failed" and d["state"] != "failed" and \
                 (boss["end"] or 0) >= (d["last_seen"] or 0) and _ended_by_parent(d, boss):
             then = "%s as %s %d (%s) failed, which ends its workers" % (how, whose, boss["pid"], boss["title"] or boss["tag"])
             if _stuck(d):
-                d["state"], d["summary"] = "stalled", "%s until it was stopped (%s)" % (d["stall"]["summary"], then)
+                yield d, {"state": "stalled", "summary": "%s until it was stopped (%s)" % (d["stall"]["summary"], then)}
             else:
-                d["state"], d["summary"] = "terminated", "stopped with its parent: " + then
+                yield d, {"state": "terminated", "summary": "stopped with its parent: " + then}
         elif boss is not None and boss is not d and (boss["end"] is None or boss["end"] >= (d["end"] or 0)) and \
                 d["state"] != "failed" and not _memory_pressure(d, out):
             waiting = d["idle"] or idle.by_title(d["title"])
@@ -559,10 +581,10 @@ def _stopped_at_end(out, by_key):
             # supervisor stuck waiting since says that it was not let go: a parent that waits (for
             # a queue, a pipe) may wait for what this child would have sent.
             if not _stuck(boss) and (waiting or d["still_starting"] and not _stuck(d)):
-                d["state"] = "terminated"
-                d["summary"] = "stopped while %s: %s while %s %d (%s) ran on, as a supervisor does when it lets a " \
-                               "worker go" % ("idle (%s)" % waiting if waiting else "still starting", how, whose,
-                                              boss["pid"], boss["title"] or boss["tag"])
+                yield d, {"state": "terminated",
+                          "summary": "stopped while %s: %s while %s %d (%s) ran on, as a supervisor does when it lets "
+                                     "a worker go" % ("idle (%s)" % waiting if waiting else "still starting", how,
+                                                      whose, boss["pid"], boss["title"] or boss["tag"])}
 
 
 # A parent's error that says a worker of its pool died: a worker of its that vanished is a suspect,
@@ -617,11 +639,10 @@ def _waited_on(out):
     waiting = any(_in_collective(d) for d in ranks if d["state"] == "stalled")
     for d in ranks:
         if waiting and d["state"] == "idle":
-            d["summary"] = "stalled for %s in %s (%s, while other ranks wait for it)" % (
-                secs(d["stall"]["seconds"]), where(frame_tuple(d["where"])), d["idle"])
-            d["state"], d["idle"] = "stalled", None
+            yield d, {"summary": "stalled for %s in %s (%s, while other ranks wait for it)" % (
+                secs(d["stall"]["seconds"]), where(frame_tuple(d["where"])), d["idle"]), "state": "stalled", "idle": None}
         elif waiting and d["state"] == "busy":
-            d["state"], d["summary"] = "stalled", d["summary"] + " (while other ranks wait for it)"
+            yield d, {"state": "stalled", "summary": d["summary"] + " (while other ranks wait for it)"}
 
 
 _CHILD_NOTE = re.compile(r"^child: pid (\d+) ")
@@ -652,28 +673,15 @@ def _waits_on_working_children(out, by_key):
         kids = [by_key.get((d["host"], pid)) for pid in waited]
         if waited and not others and all(k is not None and k["state"] in _WORKING for k in kids):
             k = kids[0]
-            d["state"], d["idle"] = "idle", "waiting for its child %d (%s), which is %s" % (k["pid"], k["tag"], k["state"])
-            d["summary"] = "idle for %s: %s, in %s" % (secs(d["stall"]["seconds"]), d["idle"], where(frame_tuple(d["where"])))
+            why = "waiting for its child %d (%s), which is %s" % (k["pid"], k["tag"], k["state"])
+            yield d, {"state": "idle", "idle": why,
+                      "summary": "idle for %s: %s, in %s" % (secs(d["stall"]["seconds"]), why, where(frame_tuple(d["where"])))}
 
 
 def _in_collective(d):
     main = d["stall"]["main"] if d["stall"] else None
     return bool(main) and (any("torch/distributed" in f["file"] for f in main["frames"]) or
                            "waiting for peers" in (main["phase"] or ""))
-
-
-def _causes(report, folder):
-    """Every cause the evidence shows, thread-level first; one failing step costs only its own."""
-    found = []
-    for module in (acted, thread_causes, async_causes, process_causes):
-        try:
-            found.extend(module.find(report, folder))
-        except Exception as exc:  # input nobody foresaw: say so, keep the rest of the report
-            report["problems"].append("earlylog could not work out the %s causes (%r)"
-                                      % (module.__name__.rpartition(".")[2].replace("_causes", ""), exc))
-    # What each process was stuck on comes before how the run ended (a whole run stopped from
-    # outside is read after a timeout or a Ctrl-C).
-    return sorted(found, key=lambda c: c.kind in _RUN_CAUSES)
 
 
 def _verdict(out, by_key, causes):
@@ -686,14 +694,14 @@ def _verdict(out, by_key, causes):
     lines += ["%s; next: %s" % (c["text"], c["next"]) if c["next"] else c["text"] for c in causes]
     explained, stragglers = set(), set()
     # A run stopped as a whole is one cause, not one "likely SIGKILL" guess per process.
-    stopped = {pid for c in causes if c["kind"] == "run-stopped" for pid in c["pids"]}
-    # A child killed while its parent waited is told by its cause (child-killed).
-    killed = {c["pids"][0] for c in causes if c["kind"] == "child-killed"}
-    explained.update(id(d) for d in out if d["waited_by"] and d["pid"] in killed)
+    stopped = {pid for c in registry.superseding(causes, "vanished") for pid in c["pids"]}
+    # A cause that tells a process whole (a child killed while its parent waited, a process
+    # EARLYLOG_STALL_EXIT ended) names it first: no line of its own.
+    told_whole = {c["pids"][0] for c in registry.superseding(causes, "trouble")}
+    explained.update(id(d) for d in out if d["pid"] in told_whole)
     lines += _ranks(out, explained, stragglers)
-    explained.update(id(d) for d in out if acted.ended(d))  # its stall-exit cause tells it
     # A waiting process and what it waits for, already told (a run-level cause lists pids, not a pair).
-    told = {frozenset(c["pids"][:2]) for c in causes if len(c["pids"]) > 1 and c["kind"] not in _RUN_CAUSES}
+    told = {frozenset(c["pids"][:2]) for c in causes if len(c["pids"]) > 1 and c["kind"] not in registry.RUN_KINDS}
     lines += _parents(out, by_key, explained, stragglers, told)
     alike = _alike(troubled)
     for d in troubled:
