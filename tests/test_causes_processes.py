@@ -71,8 +71,8 @@ def reported(proc, logdir, kind):
 def leads(text, cause):
     """The text report gives the cause and its next step right after its headline (numbers aside:
     the text is read a moment after the JSON, when a newer dump may count more seconds or SYNs)."""
-    def flat(words):
-        return re.sub(r"\d+(\.\d+)?", "N", " ".join(words.split()))
+    def flat(words):  # less whitespace too: the report wraps a long path at a slash
+        return re.sub(r"\d+(\.\d+)?", "N", "".join(words.split()))
     head = flat(text.split("\n- ")[1]) if "\n- " in text else ""
     return head.startswith(flat("%s; next: %s" % (cause["text"], cause["next"])))
 
