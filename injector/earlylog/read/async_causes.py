@@ -10,7 +10,7 @@ import re
 
 from earlylog.read import frames
 from earlylog.read.causes import Cause, label
-from earlylog.runtime.stacks import SERVER_READ
+from earlylog.runtime import notes
 
 _RUNNING = re.compile(r"^running (?P<how>task|callback): (?:(?P<task>\S+) \((?P<coro>[^)]*)\): )?"
                       r"(?P<file>.+):(?P<line>\d+) in (?P<func>\S+?)(?:; calls (?P<call>.+))?$")
@@ -41,8 +41,8 @@ def find(report, folder):
 
 def _blocked(d, t):
     running = next((m.groupdict() for m in map(_RUNNING.match, t.notes) if m), None)
-    state = next((n for n in t.notes if n.startswith(("blocked:", "busy:"))), "")
-    if running is None or not state.startswith("blocked:"):
+    state = notes.first(t.notes, notes.State)
+    if running is None or state is None or state.busy:
         return []  # parked in its selector, or computing: busy is not stuck
     at = next((i for i, f in enumerate(t.frames) if f[0] == running["file"] and str(f[1]) == running["line"]), None)
     if frames.library(running["file"]) and at is not None and any(not frames.library(f[0]) for f in t.frames[:at]):
@@ -57,7 +57,7 @@ def _blocked(d, t):
         who = "task %s (%s) calls %s at %s inside a coroutine" % (running["task"], running["coro"], call, place)
     else:
         who = "a callback, %s, calls %s at %s" % (running["func"], call, place)
-    doing = re.sub(r" \([^)]*\)$", "", state[len("blocked: "):].partition(" [kernel")[0])
+    doing = state.doing
     return [Cause("loop-blocked", "%s: the asyncio event loop in thread %s is blocked: %s, so no other task "
                                   "runs (%s)" % (label(d), t.name, who, doing),
                   _unblock(call, running["how"] == "task"), [d["pid"]], [t.name])]
@@ -136,7 +136,7 @@ def _chain(text):
 def _waits_for_work(chain, awaiting):
     """Does a pending task of the user's wait for something another task produces (an item, an
     event, a future), rather than pace itself, serve, or wait for a client?"""
-    if not chain or all(frames.library(f[0]) for f in chain) or awaiting == SERVER_READ or \
+    if not chain or all(frames.library(f[0]) for f in chain) or awaiting == notes.SERVER_READ or \
             (awaiting or "").startswith(("task ", "gather of ")):
         return False  # a task awaiting other tasks waits where they wait
     return not any(f[2] == func and frames.is_file(f[0], suffix) for f in chain for suffix, func in _NOT_WORK)

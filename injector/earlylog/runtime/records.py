@@ -14,6 +14,20 @@ _PATTERNS = []
 
 
 
+def safe_name(text):
+    """Text made safe for a file name and a record's host: letters, digits, '.', '_' and '-' only, 40 at most."""
+    kept = "".join(c if c.isalnum() or c in "._-" else "_" for c in text)
+    return kept[:40] or "python"
+
+
+def default_base():
+    """The per-user folder that holds one sub-folder per run when EARLYLOG_DIR is unset (sinks.py
+    makes the runs there; `earlylog report` reads the newest)."""
+    import os
+    tmp = os.environ.get("TMPDIR") or "/tmp"
+    return os.path.join(tmp, "earlylog-%d" % os.getuid())
+
+
 def place(function, filename, line):
     """`main at train.py:12`: where a call was made, as the runtime writes it and the reader reads it."""
     return "%s at %s:%d" % (function, filename.rpartition("/")[2], line)
