@@ -30,7 +30,12 @@ The kinds, their lines, and who writes them:
   reads (peers.py)         reads: fd N[ (STREAM)], LINK; OTHER END
   socket (peers.py)        socket: fd N CALL, TCP LOCAL -> REMOTE, STATE, client|server[; DETAIL]
   file lock (peers.py)     file lock: PATH (flock|fcntl|filelock|sqlite); HOLDERS
-The words inside them (a child's REST, OTHER END, HOLDERS) are described at their writers."""
+  OTHER END: `other end held by pid N (COMMAND)[, pid M (COMMAND)]`, `... by this process`, `no process found
+      holding the other end`, `other end not known`; ` (search cut short)` when the search stopped early
+  HOLDERS: `held by pid N (COMMAND)[, ...]`, `... by this process`, `no process holds a lock on it`,
+      `held by an open file description lock (no pid)`, `holders not known (WHY)`
+  A socket's CALL: connecting, receiving, sending, waiting (in poll); STATE as /proc/net/tcp names it;
+  an asyncio task's client read ends `; awaited in FUNC at FILE:LINE`. A child's REST: see child()."""
 
 INDENT = "  "
 SERVER_READ = "a request on a connection its server accepted"  # what an idle server's handler awaits

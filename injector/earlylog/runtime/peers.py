@@ -1,23 +1,7 @@
 """Which other process a blocked thread waits on, read from /proc at dump time, as extra dump lines:
 the child it waits for, the process at the other end of a full stdout or of stdin, the peer of a
-socket. The lines, parsed by the reader (read/process_causes.py):
-  child: pid N (COMMAND), state S (WORDS)[, WHAT IT IS BLOCKED IN]
-      e.g. `, blocked writing to fd 1 (stdout), pipe:[99], full (65536 of 65536 bytes), which only this
-      process reads`; `pid N: gone (it exited)` when it ended in between; for a child that has
-      exited, `; its stdout pipe is still held open by pid M (COMMAND)` when a process it left
-      behind keeps the output this thread reads from ending
-  pipe: fd 1 (stdout), pipe:[99][, full (Q of C bytes)]; OTHER END
-  stdin: fd 0, pipe:[77]; OTHER END[; unfinished output line: "Continue? [y/N] "]
-  reads: fd 5, pipe:[88]; OTHER END   (a read from a pipe, such as a child's stdout)
-      OTHER END: `other end held by pid N (COMMAND)[, pid M (COMMAND)]`, `... by this process`,
-      `no process found holding the other end`, `other end not known`; ` (search cut short)`
-      when the search through other processes stopped early
-  socket: fd N CALL, TCP LOCAL -> REMOTE, STATE, client|server; DETAIL
-      CALL: connecting, receiving, sending, waiting (in poll); STATE as /proc/net/tcp names it;
-      an asyncio task's client read (stacks.py) ends `; awaited in FUNC at FILE:LINE`
-  file lock: PATH (flock|fcntl|filelock|sqlite); HOLDERS
-      HOLDERS: `held by pid N (COMMAND)[, pid M (COMMAND)]`, `... by this process`, `no process
-      holds a lock on it`, `held by an open file description lock (no pid)`, `holders not known (WHY)`
+socket, as `child:`, `pipe:`, `stdin:`, `reads:`, `socket:` and `file lock:` lines, written through
+runtime/notes.py (their grammar, and the reader's parser of them).
 Also, for the stall line, the living children a waiting or sleeping main thread leaves to speak
 for themselves (waited_children). It runs in the watchdog thread at dump time only. It must never
 read from, write to or keep an inspected fd (it reads /proc links, fdinfo and queue sizes), never

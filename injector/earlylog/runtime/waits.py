@@ -2,18 +2,8 @@
 the lock, queue, event, barrier, future or thread it waits on, named as the code names it
 (`cache_lock`, `self._lock`), and for a lock the thread holding it where that can be known (an
 RLock's owner; a thread whose frames sit inside a `with` block on it, or past an `acquire()` with
-no `release()` since). The lines, parsed by the reader (read/thread_causes.py):
-  waits for: KIND NAME (TYPE at 0xADDR[, DETAIL])   KIND: lock, semaphore, condition, event,
-      queue, barrier, future, import (NAME: the module another thread is importing); NAME `?`
-      when unknown; DETAIL for a queue `get`, `put` or `join, N unfinished, M queued`, for a
-      semaphore `N free`, for a barrier `N of M arrived`, for a future `not started`
-  held by: WHO[; with block at FILE:LINE in FUNC | ; acquire() at FILE:LINE in FUNC, not released since]
-      WHO: thread NAME (ident 0xID) | this thread itself | an unknown thread
-           | a thread no longer running (ident 0xID)
-  joins: thread NAME (ident 0xID)
-  set by: the SIGNAL handler FUNC at FILE:LINE   (an event one of the program's signal handlers sets)
-  handles: SIGNAL with FUNC at FILE:LINE[; ...]   (stacks.py: a main thread waiting for a signal)
-  in signal handler: SIGNAL, FUNC at FILE:LINE   (a lock wait inside a handler of the program's)
+no `release()` since), as `waits for:`, `held by:`, `joins:`, `set by:` and `in signal handler:`
+lines, written through runtime/notes.py (their grammar, and the reader's parser of them).
 It runs in the watchdog thread at dump time only. It must never run the program's code: objects
 are told apart by exact type and identity, and values read from frame, instance and class dicts,
 never through getattr, __repr__, __eq__, properties or __getattr__ (the one repr taken is the C
