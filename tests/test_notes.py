@@ -106,21 +106,22 @@ def test_asyncio_and_task_chains():
 
 def test_child():
     rest = notes.child_fd("write", 1, "pipe:[5]", (65536, 65536), True)
-    line = notes.child(12, "python worker.py", "S", "sleeping", rest)
+    line = notes.child_line(notes.child(12, "python worker.py", "S", "sleeping", rest))
     assert line == ("  child: pid 12 (python worker.py), state S (sleeping), blocked writing to fd 1 (stdout), "
                     "pipe:[5], full (65536 of 65536 bytes), which only this process reads")
     value = read_back(line)
     assert (value.pid, value.command, value.state, value.words, value.rest) == (12, "python worker.py", "S", "sleeping",
                                                                                 rest)
     assert value.writes == ("stdout", "full", 65536, 65536, True) and value.reads_stdin is None
-    value = read_back(notes.child(13, "cat", "S", "sleeping", notes.child_fd("read", 0, "pipe:[7]", None, False)))
+    value = read_back(notes.child_line(notes.child(13, "cat", "S", "sleeping", notes.child_fd("read", 0, "pipe:[7]", None, False))))
     assert value.reads_stdin is False and value.writes is None
-    assert read_back(notes.child(14, "sh -c x", "S", "sleeping", notes.child_fd("read", 0, "pipe:[7]"))).reads_stdin is None
+    words = notes.child(14, "sh -c x", "S", "sleeping", notes.child_fd("read", 0, "pipe:[7]"))
+    assert read_back(notes.child_line(words)).reads_stdin is None
     held = notes.held_open([("stdout", "pid 812 (sleep 3600)"), ("stderr", "pid 812 (sleep 3600)")])
-    value = read_back(notes.child(15, "sh -c 'sleep 3600 &'", "Z", "zombie", ", exited: it waits" + held))
+    value = read_back(notes.child_line(notes.child(15, "sh -c 'sleep 3600 &'", "Z", "zombie", ", exited: it waits" + held)))
     assert value.held_open == [("stdout and stderr pipes are", "pid 812 (sleep 3600)")]
-    assert read_back(notes.child_gone(21)) == notes.Child(21, None, None, None, "", None, None, [])
-    assert read_back(notes.child_gone(22, "make all")).command == "make all"
+    assert read_back(notes.child_line(notes.child_gone(21))) == notes.Child(21, None, None, None, "", None, None, [])
+    assert read_back(notes.child_line(notes.child_gone(22, "make all"))).command == "make all"
     real = notes.parse("child: pid 4242 (python -c 'import time; time.sleep(99)'), state S (sleeping), "
                        "waiting in a sleep [kernel: hrtimer_nanosleep]")
     assert (real.pid, real.state, real.writes, real.held_open) == (4242, "S", None, [])
@@ -129,10 +130,12 @@ def test_child():
 def test_pipe_stdin_reads():
     other = notes.other_end([notes.who(456, "node gui.js"), "this process"])
     value = read_back(notes.pipe(1, "pipe:[99]", (60000, 65536), other))
-    assert value == notes.Pipe("stdout", "pipe", "full", "60000 of 65536 bytes", other)
+    assert value == notes.Pipe(1, "stdout", "pipe", "full", "60000 of 65536 bytes", other)
     assert notes.holders(value.other) == [(456, "node gui.js")]
     value = read_back(notes.pipe(2, "socket:[8]", None, notes.other_end([], complete=False)))
-    assert value == notes.Pipe("stderr", "socket", None, None, "no process found holding the other end (search cut short)")
+    assert value == notes.Pipe(2, "stderr", "socket", None, None, "no process found holding the other end (search cut short)")
+    value = notes.parse("pipe: fd 7, pipe:[41], not full (4096 of 65536 bytes); other end held by pid 3 (python)")
+    assert (value.fd, value.stream, value.fullness, value.used) == (7, None, "not full", "4096 of 65536 bytes")
     value = read_back(notes.stdin("pipe:[77]", notes.other_end([notes.who(1, None)]), 'Continue? [y/N] "now"'))
     assert value == notes.Stdin("pipe", "other end held by pid 1 (?)", '"Continue? [y/N] \\"now\\""')
     assert read_back(notes.stdin("socket:[9]", "other end not known")) == notes.Stdin("socket", "other end not known", None)
@@ -198,3 +201,36 @@ def test_earlylog_report_loads_no_runtime_module_but_the_grammar_and_records(log
                          env={k: v for k, v in os.environ.items() if not k.startswith("EARLYLOG")})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(['earlylog.runtime', 'earlylog.runtime.notes', 'earlylog.runtime.records'])
+
+
+def test_running_and_dead_tasks():
+    place = notes.frame("/app/sleep_loop.py", 11, "fetch_all")
+    value = read_back(notes.running_task("Task-2", "fetch_all", place, "time.sleep"))
+    assert value == notes.Running("task", "Task-2", "fetch_all", "/app/sleep_loop.py", 11, "fetch_all", "time.sleep")
+    value = read_back(notes.running_callback(notes.frame("/app/proto.py", 7, "data_received")))
+    assert value == notes.Running("callback", None, None, "/app/proto.py", 7, "data_received", None)
+    places = [notes.frame("/app/p.py", 3, "producer"), notes.frame("/app/p.py", 9, "load")]
+    value = read_back(notes.dead_task("Task-1", "producer", places, "ValueError('bad row')", ["Task-3", "Task-4"]))
+    assert value == notes.DeadTask("Task-1", "producer", [("/app/p.py", 3, "producer"), ("/app/p.py", 9, "load")],
+                                   "ValueError('bad row')", ["Task-3", "Task-4"])
+    assert read_back(notes.dead_task("Task-5", "f", [], "KeyError('x')")).waiters == []
+    real = notes.parse("dead task: Task-2 (producer): /srv/lost_producer.py:6 in producer; raised ValueError('bad row'); "
+                       "waited on by task Task-3")
+    assert (real.task, real.frames, real.waiters) == ("Task-2", [("/srv/lost_producer.py", 6, "producer")], ["Task-3"])
+
+
+def test_greenlets():
+    assert read_back(notes.greenlets(3, "gevent")) == notes.Greenlets(3, "gevent", None)
+    assert read_back(notes.greenlets(900, "eventlet", 200)) == notes.Greenlets(900, "eventlet", None)
+    assert read_back(notes.greenlets_unlisted("a heap of 9 blocks")) == notes.Greenlets(None, None, "a heap of 9 blocks")
+    where = notes.held_where("with", "/app/g.py", 9, "main")
+    line = notes.greenlet("worker", [notes.frame("/app/g.py", 2, "run"), notes.frame("/app/g.py", 5, "worker")],
+                          "waits on lock `self.lock` (gevent.lock.Semaphore)", notes.greenlet_holder("main", where))
+    assert read_back(line) == notes.Greenlet(
+        "worker", [("/app/g.py", 5, "worker"), ("/app/g.py", 2, "run")], "waits on lock `self.lock` (gevent.lock.Semaphore)",
+        "lock", "self.lock", "gevent.lock.Semaphore", "main", "with block at /app/g.py:9 in main", None)
+    sock = notes.socket(9, "receiving", "127.0.0.1:5000", "127.0.0.1:41000", "ESTABLISHED", "server", notes.queued(0, 0))
+    value = read_back(notes.greenlet("handle", [], "waits on socket recv `conn.recv(1024)`", notes.greenlet_socket(sock)))
+    assert (value.kind, value.expr, value.socket, value.frames) == ("socket recv", "conn.recv(1024)", sock, [])
+    assert notes.parse("socket: " + value.socket).role == "server"
+    assert read_back(notes.greenlet("main", [], "waits in joinall")).kind is None

@@ -564,7 +564,7 @@ def _queues(detail):
 def _full_stream(seen, told):
     """A thread blocked writing to its stdout or stderr, which the process at the other end does
     not read. When that process waits for this one to exit, it is a pipe deadlock."""
-    for note in seen.notes(notes.Pipe):
+    for note in [p for p in seen.notes(notes.Pipe) if p.stream in ("stdout", "stderr")]:
         stream, kind, holders = note.stream, "pipe" if note.link == "pipe" else "socket pair", _holders(seen, note.other)
         reader = seen.proc(holders[0][0]) if holders else None
         me = seen.d["pid"]

@@ -24,6 +24,12 @@ The kinds, their lines, and who writes them:
   retries (retries.py)     retries: N failures seen in the last S s
   asyncio (stacks.py)      asyncio: N pending task(s) on this thread's event loop[; it serves ADDRESSES]
   task (stacks.py)         task NAME: FILE:LINE in CORO > ... > awaiting WHAT   (indented four spaces)
+  running (aio.py)         running task: NAME (CORO): FILE:LINE in FUNC[; calls CALL] | running callback: FILE:LINE
+                           in FUNC[; calls CALL]
+  dead task (aio.py)       dead task: NAME (CORO): FILE:LINE in FUNC > ...; raised EXC[; waited on by task A, task B]
+  greenlets (greenlets.py) greenlets: N waiting on this thread's LIB hub[, M listed] | greenlets: not listed (WHY)
+  greenlet (greenlets.py)  greenlet: NAME: FILE:LINE in FUNC > ... > waits on KIND[ `EXPR`][ (TYPE)][; held by
+                           greenlet NAME; with block at FILE:LINE in FUNC | ; socket: SOCKET'S WORDS]
   child (peers.py)         child: pid N (COMMAND), state S (WORDS)[REST] | child: pid N[ (COMMAND)]: gone (it exited)
   pipe (peers.py)          pipe: fd N (STREAM), LINK[, full|not full (Q of C bytes)]; OTHER END
   stdin (peers.py)         stdin: fd 0, LINK; OTHER END[; unfinished output line: "TEXT"]
@@ -290,6 +296,79 @@ def task(name, chain):
     return "%s  task %s: %s" % (INDENT, name, " > ".join(chain))
 
 
+def frame(filename, line, function):
+    """`FILE:LINE in FUNC`: one frame of an await chain, a greenlet's chain, a running task's place."""
+    return "%s:%d in %s" % (filename, line, function)
+
+
+# --- aio.py: what an event loop's thread runs, and its tasks that died unheard ---------------------
+
+class Running(Note):
+    """The loop is inside a task's step (how `task`: task, coro) or a callback's (how `callback`):
+    file, line, func of its innermost coroutine frame; call: the call it makes there, or None."""
+    __slots__ = ("how", "task", "coro", "file", "line", "func", "call")
+
+
+def running_task(name, coro, place, call=None):
+    """place: frame()'s words; call: `time.sleep`, as the source writes it."""
+    return "%srunning task: %s (%s): %s%s" % (INDENT, name, coro, place, "; calls " + call if call else "")
+
+
+def running_callback(place, call=None):
+    return "%srunning callback: %s%s" % (INDENT, place, "; calls " + call if call else "")
+
+
+class DeadTask(Note):
+    """A task that died with an exception nobody retrieved: task, coro, frames of its traceback
+    outermost first [(file, line, function)], exc (`ValueError('bad row')`), waiters (task names)."""
+    __slots__ = ("task", "coro", "frames", "exc", "waiters")
+
+
+def dead_task(name, coro, places, exc, waiters=()):
+    """places: frame()'s words, outermost first; waiters: the names of the tasks waiting on it."""
+    return "%sdead task: %s (%s): %s; raised %s%s" % (
+        INDENT, name, coro, " > ".join(places) or "?", exc,
+        "; waited on by " + ", ".join("task " + w for w in waiters) if waiters else "")
+
+
+# --- greenlets.py: a hub's waiting greenlets --------------------------------------------------------
+
+class Greenlets(Note):
+    """count: greenlets waiting on the hub (None: not listed, for reason), lib (gevent, eventlet)."""
+    __slots__ = ("count", "lib", "reason")
+
+
+def greenlets(count, lib, listed=None):
+    return "%sgreenlets: %d waiting on this thread's %s hub%s" % (
+        INDENT, count, lib, ", %d listed" % listed if listed is not None else "")
+
+
+def greenlets_unlisted(reason):
+    return "%sgreenlets: not listed (%s)" % (INDENT, reason)
+
+
+class Greenlet(Note):
+    """One waiting greenlet: name, frames innermost first, wait (`waits on lock `self.lock`
+    (gevent.lock.Semaphore)`), its kind (`queue get`), expr and type (or None), holder and how
+    (the greenlet holding a lock it waits on, and `with block at ...`), socket (socket()'s words)."""
+    __slots__ = ("name", "frames", "wait", "kind", "expr", "type", "holder", "how", "socket")
+
+
+def greenlet(name, places, wait, more=""):
+    """places: frame()'s words, outermost first; wait: `waits on KIND ...`; more: greenlet_holder()
+    or greenlet_socket()."""
+    return "%sgreenlet: %s: %s%s" % (INDENT, name, " > ".join(list(places) + [wait]), more)
+
+
+def greenlet_holder(name, where):
+    """where: held_where()'s words."""
+    return "; held by greenlet %s%s" % (name, where)
+
+
+def greenlet_socket(text):
+    return "; socket: " + text
+
+
 # --- peers.py: the process at the other end ------------------------------------------------------
 
 class Child(Note):
@@ -302,13 +381,19 @@ class Child(Note):
 
 
 def child(pid, command, state, words, rest=""):
-    """rest: `, exited: ...`, `, blocked writing to fd 1 (stdout), pipe:[9], full (Q of C bytes), which
-    only this process reads`, `, WHAT [kernel: WCHAN]`, `; its stdout pipe is still held open by ...`."""
-    return "%schild: pid %d (%s), state %s (%s)%s" % (INDENT, pid, command, state, words, rest)
+    """The words after `child: `; rest: `, exited: ...`, `, blocked writing to fd 1 (stdout), pipe:[9],
+    full (Q of C bytes), which only this process reads`, `, WHAT [kernel: WCHAN]`, `; its stdout pipe
+    is still held open by ...`."""
+    return "pid %d (%s), state %s (%s)%s" % (pid, command, state, words, rest)
 
 
 def child_gone(pid, given=""):
-    return "%schild: pid %d%s: gone (it exited)" % (INDENT, pid, " (%s)" % given if given else "")
+    return "pid %d%s: gone (it exited)" % (pid, " (%s)" % given if given else "")
+
+
+def child_line(words):
+    """The note of child()'s or child_gone()'s words."""
+    return "%schild: %s" % (INDENT, words)
 
 
 def child_fd(name, fd, link, used_size=None, only=None):
@@ -330,9 +415,10 @@ def held_open(held):
 
 
 class Pipe(Note):
-    """A write to a pipe or socket: stream, link kind (`pipe`, `socket`), fullness (`full`, `not full`
-    or None), used (`Q of C bytes` or None), other (the other end's words)."""
-    __slots__ = ("stream", "link", "fullness", "used", "other")
+    """A write to a pipe or socket: fd, stream (`stdout`, `stderr`, or None for another fd), link kind
+    (`pipe`, `socket`), fullness (`full`, `not full` or None), used (`Q of C bytes` or None), other
+    (the other end's words)."""
+    __slots__ = ("fd", "stream", "link", "fullness", "used", "other")
 
 
 def pipe(fd, link, used_size, other):
@@ -430,6 +516,15 @@ _PATTERNS = {
     "asyncio": r"^(\d+) pending task.*?(?:; it serves (.+))?$",
     "task": r"^task (\S+): (.*)$",
     "frame": r"^(.*):(\d+) in (\S+)$",
+    "running": r"^(?P<task>\S+) \((?P<coro>[^)]*)\): (?P<file>.+):(?P<line>\d+) in (?P<func>\S+?)(?:; calls (?P<call>.+))?$",
+    "callback": r"^(?P<file>.+):(?P<line>\d+) in (?P<func>\S+?)(?:; calls (?P<call>.+))?$",
+    "dead task": r"^(?P<task>\S+) \((?P<coro>[^)]*)\): (?P<chain>.*?); raised (?P<exc>.*?)"
+                 r"(?:; waited on by (?P<waiters>task \S+(?:, task \S+)*))?$",
+    "greenlets": r"^(\d+) waiting on this thread's (\w+) hub",
+    "greenlet": r"^(?P<name>[^:]+): (?:(?P<chain>.*?) > )?(?P<wait>waits (?:on|in) .*?)"
+                r"(?:; held by greenlet (?P<holder>\S+); (?P<how>.*)|; socket: (?P<socket>.*))?$",
+    "greenlet wait": r"^waits on (?P<kind>[a-z]+(?: (?:get|put|join|recv\w*|send\w*|accept|connect\w*|\w+))?)"
+                     r"(?: `(?P<expr>[^`]*)`)?(?: \((?P<type>[^)]*)\))?$",
     "child": r"^pid (\d+) \((.*?)\), state (\S) \(([^)]*)\)(.*)$",
     "child gone": r"^pid (\d+)(?: \((.*)\))?: gone \(it exited\)$",
     "child writes": r"blocked writing to fd \d+ \((stdout|stderr)\), pipe:\[\d+\], (full|not full) "
@@ -437,7 +532,7 @@ _PATTERNS = {
     "child stdin": r"blocked reading fd 0 \(stdin\), pipe:\[\d+\], which (only )?this process writes",
     "held open": r"; its (stdout pipe is|stderr pipe is|stdout and stderr pipes are) still held open by "
                  r"(.*?)(?=; its |$)",
-    "pipe": r"^fd \d+ \((stdout|stderr)\), (pipe|socket):\[\d+\](?:, (full|not full) \((\d+ of \d+ bytes)\))?; (.*)$",
+    "pipe": r"^fd (\d+)(?: \((\w+)\))?, (pipe|socket):\[\d+\](?:, (full|not full) \((\d+ of \d+ bytes)\))?; (.*)$",
     "stdin": r'^fd 0, (pipe|socket):\[\d+\]; (.*?)(?:; unfinished output line: (".*"))?$',
     "reads": r"^fd \d+(?: \(\w+\))?, pipe:\[\d+\]; (.*)$",
     "socket": r"^fd \d+ (\w+), TCP (\S+) -> (\S+), (\w+), (client|server)(?:; (.*))?$",
@@ -535,6 +630,45 @@ def _task(text):
     return Task(m.group(1), chain_frames(parts)[::-1], awaiting)
 
 
+def _running(how, body):
+    m = _re("running" if how == "task" else "callback").match(body)
+    if m is None:
+        return None
+    g = m.groupdict()
+    return Running(how, g.get("task"), g.get("coro"), g["file"], int(g["line"]), g["func"], g["call"])
+
+
+def _dead_task(body):
+    m = _re("dead task").match(body)
+    if m is None:
+        return None
+    found = []
+    for part in m.group("chain").split(" > "):
+        path, _, rest = part.rpartition(":")
+        line, _, func = rest.partition(" in ")
+        if path and line.isdigit():
+            found.append((path, int(line), func))
+    waiters = [w[len("task "):] for w in (m.group("waiters") or "").split(", ") if w]
+    return DeadTask(m.group("task"), m.group("coro"), found, m.group("exc"), waiters)
+
+
+def _greenlets(body):
+    m = _re("greenlets").match(body)
+    if m is not None:
+        return Greenlets(int(m.group(1)), m.group(2), None)
+    return Greenlets(None, None, body[len("not listed ("):-1]) if body.startswith("not listed (") else None
+
+
+def _greenlet(body):
+    m = _re("greenlet").match(body)
+    if m is None:
+        return None
+    w = _re("greenlet wait").match(m.group("wait"))
+    return Greenlet(m.group("name"), chain_frames((m.group("chain") or "").split(" > "))[::-1], m.group("wait"),
+                    w.group("kind") if w else None, w.group("expr") if w else None, w.group("type") if w else None,
+                    m.group("holder"), m.group("how"), m.group("socket"))
+
+
 def _child(body):
     m = _re("child").match(body)
     if m is None:
@@ -550,7 +684,7 @@ def _child(body):
 
 def _pipe(body):
     m = _re("pipe").match(body)
-    return Pipe(m.group(1), m.group(2), m.group(3), m.group(4), m.group(5)) if m else None
+    return Pipe(int(m.group(1)), *m.groups()[1:]) if m else None
 
 
 def _stdin(body):
@@ -582,7 +716,9 @@ _KINDS = {"waits for": _waits_for, "held by": _held_by, "joins": _joins, "set by
           "in signal handler": _in_signal_handler, "handles": _handles, "phase": Phase,
           "terminal": Terminal, "cell": _cell, "handling": _handling, "retries": _retries,
           "asyncio": _asyncio, "child": _child, "pipe": _pipe, "stdin": _stdin, "reads": _reads,
-          "socket": _socket, "file lock": _file_lock}
+          "socket": _socket, "file lock": _file_lock, "running task": lambda body: _running("task", body),
+          "running callback": lambda body: _running("callback", body), "dead task": _dead_task,
+          "greenlets": _greenlets, "greenlet": _greenlet}
 
 
 def parse(text):

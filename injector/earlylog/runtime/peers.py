@@ -39,7 +39,7 @@ def lines(tid, ident, frame):
         # caught outside any system call, and still names its child through its frames.
         name, _number, args = kstate.syscall(tid) or (None, None, None)
         popen = _popen(frame)
-        out = [_child_line(pid, popen) for pid in _waited(name, args, popen)]
+        out = [notes.child_line(_child_line(pid, popen)) for pid in _waited(name, args, popen)]
         if name in ("read", "write", "connect"):
             out += _fd_lines(name, args[0], ident)
         elif name == "poll":
@@ -175,7 +175,7 @@ def _held_pipes(popen, pid):
 
 
 def child(pid):
-    """`  child: pid 789 (python worker.py), state S (sleeping), blocked writing to fd 1 (stdout), ...`."""
+    """`pid 789 (python worker.py), state S (sleeping), blocked writing to fd 1 (stdout), ...`."""
     return _described(pid, _state(pid))
 
 

@@ -228,7 +228,7 @@ def await_chain(coro, waiter=None):
                 what = _short(coro)
             chain.append("awaiting " + what)
             break
-        chain.append("%s:%d in %s" % (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+        chain.append(notes.frame(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
         last = frame
         coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None) or getattr(coro, "ag_await", None)
     return chain
