@@ -408,7 +408,7 @@ def _retrying(d, p):
         return
     words = notes.parse("handling: " + found["handling"])  # a dump's note, or the `retrying:` line's words
     found["error"], found["raised_in"], found["address"] = words.error, words.raised, words.target
-    if notes.polling(found["error"], found["address"]):
+    if records.polling(found["error"], found["address"]):
         return  # `except queue.Empty: time.sleep(1)`: a worker polling for work, idle
     d["retrying"] = found
     what = "connecting to %s (%s)" % (found["address"], found["error"]) if found["address"] else "with %s" % (

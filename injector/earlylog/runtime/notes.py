@@ -48,21 +48,6 @@ SERVER_READ = "a request on a connection its server accepted"  # what an idle se
 ITSELF = "this thread itself"
 UNKNOWN_HOLDER = "an unknown thread"
 _STREAMS = {0: "stdin", 1: "stdout", 2: "stderr"}
-# Exceptions that say "nothing yet" rather than "failed": a loop that catches them and sleeps polls
-# (a queue's get_nowait, a non-blocking socket), as an idle worker does. A timeout is a failure only
-# for a connect (the traceback kept its address): else it is a timed wait for work or a result.
-# runtime/retries.py counts the others; the reader tells a worker polling from one retrying.
-POLLS = frozenset(("_queue.Empty", "queue.Empty", "asyncio.queues.QueueEmpty", "BlockingIOError", "InterruptedError",
-                   "StopIteration", "StopAsyncIteration", "GeneratorExit", "KeyboardInterrupt", "SystemExit"))
-TIMEOUTS = frozenset(("TimeoutError", "socket.timeout", "concurrent.futures._base.TimeoutError",
-                      "asyncio.exceptions.TimeoutError"))
-
-
-def polling(error, target):
-    """Is an exception of this name (as a `handling:` note names it) a poll's "nothing yet", not a failure?"""
-    return error in POLLS or error in TIMEOUTS and not target
-
-
 class Note:
     """A parsed note: its fields, in __slots__ order; equal when of one kind with equal fields."""
     __slots__ = ()

@@ -9,7 +9,7 @@ handling at the last beat (so that a new one is told from it), which it lets go 
 import sys
 import time
 
-from earlylog.runtime import notes, records, redact
+from earlylog.runtime import records, redact
 
 QUIET = 60.0      # a thread seen handling nothing new for this long starts a new count
 MIN_FAILURES = 2  # failures caught at one place before a thread is called retrying
@@ -114,7 +114,7 @@ def _count(ident, exc, now):
     site = _site(exc)
     if entry is not None and entry[1] is exc:
         return
-    if notes.polling(name(type(exc)), _target(exc) if name(type(exc)) in notes.TIMEOUTS else None):
+    if records.polling(name(type(exc)), _target(exc) if name(type(exc)) in records.TIMEOUTS else None):
         seen.pop(ident, None)
         return
     if entry is None or entry[0] != site or now - entry[4] > QUIET:
@@ -169,6 +169,7 @@ def lines(ident, frame):
     exc = handling(ident, frame)
     if exc is None:
         return []
+    from earlylog.runtime import notes  # loaded with the dump (stacks.py): the beats only count
     out = [notes.handling(describe(exc))]
     entry = seen.get(ident)
     if entry is not None and entry[0] == _site(exc) and entry[2] >= MIN_FAILURES:
