@@ -235,4 +235,9 @@ def test_greenlets():
     value = read_back(notes.greenlet("handle", [], "waits on socket recv `conn.recv(1024)`", notes.greenlet_socket(sock)))
     assert (value.kind, value.expr, value.socket, value.frames) == ("socket recv", "conn.recv(1024)", sock, [])
     assert notes.parse("socket: " + value.socket).role == "server"
-    assert read_back(notes.greenlet("main", [], "waits in joinall")).kind is None
+    assert read_back(notes.greenlet("main", [], notes.waits_in("joinall"))).kind is None
+    value = read_back(notes.greenlet("main", [], notes.waits_on("joinall", None, "gevent.joinall")))
+    assert (value.kind, value.expr, value.type) == ("joinall", None, "gevent.joinall")
+    value = read_back(notes.greenlet("w", [], notes.waits_on("queue get", "jobs.get()", "gevent.queue.Queue")))
+    assert (value.kind, value.expr, value.type) == ("queue get", "jobs.get()", "gevent.queue.Queue")
+    assert read_back(notes.greenlet("w", [], notes.waits_on("sleep", None, "gevent"))).kind == "sleep"

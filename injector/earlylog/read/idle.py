@@ -55,7 +55,7 @@ def reason(threads):
     program does. One busy Python thread (but a library's own run loop, working between rounds), or
     one inside a phase, and the process is not idle (CPU used by native threads alone, such as Ray's
     gRPC threads, does not count)."""
-    if any(n.startswith("phase:") and not _loop_phase(n) for t in threads for n in t.notes):
+    if any(not _loop_phase(p.text) for t in threads for p in notes.every(t.notes, notes.Phase)):
         return None
     if any(_busy(t) and not _library_loop(t) for t in threads):
         return None
@@ -114,10 +114,10 @@ def _module_depth(frames):
     return sum(1 for f in frames if _entry(f))
 
 
-def _loop_phase(note):
-    """Is the innermost phase of a `phase:` note one that earlylog opens around a worker's whole
-    loop (a DataLoader worker's)? Waiting for work inside it is idle."""
-    return note[len("phase: "):].rpartition(" > ")[2].startswith(_LOOP_PHASES)
+def _loop_phase(text):
+    """Is the innermost phase of a `phase:` note's text one that earlylog opens around a worker's
+    whole loop (a DataLoader worker's)? Waiting for work inside it is idle."""
+    return text.rpartition(" > ")[2].startswith(_LOOP_PHASES)
 
 
 def by_title(title):
@@ -193,11 +193,11 @@ def _sleeps_in_c(t):
 
 def _kernel(t):
     """The kernel's words for what the thread is blocked in (`blocked: ...` notes), or ''."""
-    return " ".join(n for n in t.notes if n.startswith("blocked:"))
+    return " ".join(s.text for s in notes.every(t.notes, notes.State) if not s.busy)
 
 
 def _busy(t):
-    return any(n.startswith("busy:") for n in t.notes)
+    return any(s.busy for s in notes.every(t.notes, notes.State))
 
 
 def _library_loop(t):

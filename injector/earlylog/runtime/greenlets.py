@@ -191,25 +191,24 @@ def _wait(top):
                     kind)
         frame = frame.f_back
     if frame is None:
-        return "waits in %s" % top.f_code.co_name, None
+        return notes.waits_in(top.f_code.co_name), None
     for expr, attr, text in waits._calls_at(frame):  # the user's call: what it is made on
         found, value = waits._resolve(expr, frame)
         if not found:
             continue
         what, label = _object_kind(value)
         if what is None and attr in _JOINS and kind is None:
-            return "waits on joinall (%s.%s)" % (_library(value) or lib or "gevent", attr), None
+            return notes.waits_on("joinall", None, "%s.%s" % (_library(value) or lib or "gevent", attr)), None
         if what is None and kind in ("sleep", "server", "hub join"):
-            return "waits on %s (%s)" % (kind, lib or _library(value) or "gevent"), None
+            return notes.waits_on(kind, None, lib or _library(value) or "gevent"), None
         if what is None and kind is None:
             continue
         what = what or kind
         if what in ("queue", "socket"):
             what += " " + attr
-        return "waits on %s `%s`%s" % (what, text if len(text) <= 80 else text[:77] + "...",
-                                        " (%s)" % label if label else ""), \
+        return notes.waits_on(what, text if len(text) <= 80 else text[:77] + "...", label), \
             value if what == "lock" or what.startswith("socket") else None
-    return ("waits on %s" % kind if kind else "waits in %s" % top.f_code.co_name), None
+    return (notes.waits_on(kind) if kind else notes.waits_in(top.f_code.co_name)), None
 
 
 def _library(value):

@@ -345,6 +345,16 @@ def greenlet(name, places, wait, more=""):
     return "%sgreenlet: %s: %s%s" % (INDENT, name, " > ".join(list(places) + [wait]), more)
 
 
+def waits_on(kind, expr=None, label=None):
+    """A greenlet's wait: `waits on lock `self.lock` (gevent.lock.Semaphore)`, `waits on sleep (gevent)`."""
+    return "waits on %s%s%s" % (kind, " `%s`" % expr if expr is not None else "", " (%s)" % label if label else "")
+
+
+def waits_in(function):
+    """A greenlet's wait whose kind is not known: the function its innermost frame runs."""
+    return "waits in " + function
+
+
 def greenlet_holder(name, where):
     """where: held_where()'s words."""
     return "; held by greenlet %s%s" % (name, where)
