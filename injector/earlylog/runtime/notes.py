@@ -3,9 +3,12 @@ for:`, `held by:`, `joins:`, `child:`, `pipe:`, `socket:`, `file lock:`, ...) an
 back. It owns each kind's words: its writer (formats the line, indented as a dump's notes are) and
 its parser (the line, stripped as the reader keeps it, to a small typed value), side by side, one
 entry per kind, so a reworded note is reworded on both sides at once (tests/test_notes.py).
-It must never look at the program, read a file or raise from a writer, and must stay cheap to
-import: the runtime loads it at its first dump only, never on the start path; `re` is compiled on
-the reader's first parse. Standard library only.
+Most writers give the whole note; those whose words are also used elsewhere give the words, and
+a `*_line` writer (or INDENT) the note: busy()/blocked() (the stall line quotes them), child(),
+socket(). A parsed value is shared by every reader of the same text (parse() keeps them by text):
+read it, never change it. It must never look at the program, read a file or raise from a writer,
+and must stay cheap to import: the runtime loads it at its first dump only, never on the start path
+nor at the watchdog's beats; `re` is compiled on the reader's first parse. Standard library only.
 
 The kinds, their lines, and who writes them:
   state (kstate.py)        blocked: WHAT[ [kernel: WCHAN]] | busy: running on a CPU[ (N% of a core)]
@@ -48,6 +51,8 @@ SERVER_READ = "a request on a connection its server accepted"  # what an idle se
 ITSELF = "this thread itself"
 UNKNOWN_HOLDER = "an unknown thread"
 _STREAMS = {0: "stdin", 1: "stdout", 2: "stderr"}
+
+
 class Note:
     """A parsed note: its fields, in __slots__ order; equal when of one kind with equal fields."""
     __slots__ = ()
