@@ -57,9 +57,9 @@ def cache_root():
 
 def pythonpath_folder():
     """A folder with sitecustomize.py beside a runtime copy, made once per version and content."""
-    from earlylog.runtime import sinks
+    from earlylog.runtime import records, sinks
     name = "runtime-%s-%s" % (__version__, _fingerprint())
-    candidates = [cache_root(), os.path.join(sinks.default_base(), "cache")]
+    candidates = [cache_root(), os.path.join(records.default_base(), "cache")]
     last_error = None
     for root in candidates:
         folder = os.path.join(root, name)
@@ -67,7 +67,7 @@ def pythonpath_folder():
             if root != candidates[0]:
                 # Code we put on PYTHONPATH must not sit where another user of /tmp could have
                 # planted it: the folder must be ours, mode 0700.
-                sinks.private_dir(sinks.default_base())
+                sinks.private_dir(records.default_base())
             if os.path.isfile(os.path.join(folder, "sitecustomize.py")):
                 return folder
             tmp = folder + ".tmp%d" % os.getpid()

@@ -174,7 +174,7 @@ def uninstall(args):
 
 def status(args):
     """Is the hook there, will it run, and where do logs go; each as one plain line."""
-    from earlylog.runtime import sinks
+    from earlylog.runtime import records
     exe = target_python(args)
     facts = inspect(exe)
     lines = ["interpreter: %s (Python %s)" % (facts["executable"], ".".join(map(str, facts["version"])))]
@@ -200,6 +200,6 @@ def status(args):
     lines.append("note: `python -S` (no site) skips .pth files, and with them earlylog; -E, -s and -I keep the"
                  " installed hook, but -E and -I ignore the PYTHONPATH that `earlylog run`/`env` use")
     lines.append("logs: %s" % (os.environ.get("EARLYLOG_FILE") or os.environ.get("EARLYLOG_DIR")
-                               or sinks.default_base() + "/<run>/ (a new folder per top-level process)"))
+                               or records.default_base() + "/<run>/ (a new folder per top-level process)"))
     print("\n".join(lines))
     return 0

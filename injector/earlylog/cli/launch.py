@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 from earlylog.cli import bundle
-from earlylog.runtime import sinks
 from earlylog.cli.errors import CliError
 
 
@@ -56,6 +55,7 @@ def run(args):
     values = variables()
     if "EARLYLOG_DIR" not in values and "EARLYLOG_FILE" not in values:
         import time
+        from earlylog.runtime import sinks  # the runtime's writer side: not loaded for the other commands
         try:
             values["EARLYLOG_DIR"] = sinks.new_run_dir(time.time())
         except OSError as exc:

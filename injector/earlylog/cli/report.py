@@ -7,12 +7,12 @@ import time
 
 from earlylog.cli.errors import CliError
 from earlylog.read import files, logread, text, verdict
-from earlylog.runtime import sinks
+from earlylog.runtime import records
 
 
 def add_parser(sub):
     p = sub.add_parser("report", help="one view of a run: which process is stuck where, which died and how")
-    p.add_argument("folder", nargs="?", help="a log folder (default: the newest run under %s)" % sinks.default_base())
+    p.add_argument("folder", nargs="?", help="a log folder (default: the newest run under %s)" % records.default_base())
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="the report as JSON (schema in docs/json-schema.md)")
     out.add_argument("--html", metavar="FILE", help="write the incident page to FILE: verdict and causes first, "
@@ -25,7 +25,7 @@ def add_parser(sub):
 def find_folder(arg):
     """The folder to read; a CliError with one clear sentence when there is none."""
     if arg is None:
-        base = sinks.default_base()
+        base = records.default_base()
         runs = files.recent_runs(base)
         if not runs:
             raise CliError("no log folder given and no run folder under %s; pass the folder "

@@ -6,7 +6,7 @@ import sys
 import time
 from collections import deque
 
-from earlylog.runtime import identity
+from earlylog.runtime import records
 from earlylog.read import files, logread
 
 POLL = 0.2      # seconds between looks at the folder when following
@@ -77,7 +77,7 @@ class Source:
         host = rec.get("host")
         if host is None:
             host = self.hosts.setdefault(rec["pid"], logread.host_from_name(self.path, rec["pid"]))
-        host = identity.safe_name(host) if host else None
+        host = records.safe_name(host) if host else None
         self.who = "%s%d %s" % (host + ":" if host and host != self.here else "", rec["pid"], rec["tag"])
         if rec["kind"] == "|":
             return self.when, "%s %s | %s" % (self.stamp, self.who, rec["msg"])
@@ -98,7 +98,7 @@ def _sources(folder, known, clock, here):
 def main(args):
     from earlylog.cli import report
     folder = report.find_folder(args.folder)
-    clock, here, known = logread.Clock(), identity.safe_name(os.uname().nodename), {}
+    clock, here, known = logread.Clock(), records.safe_name(os.uname().nodename), {}
     out = sys.stdout
     try:
         sources = _sources(folder, known, clock, here)

@@ -10,12 +10,8 @@ import re
 
 from earlylog.read import frames
 from earlylog.read.causes import Cause, label
-from earlylog.runtime.stacks import SERVER_READ
+from earlylog.runtime import notes
 
-_RUNNING = re.compile(r"^running (?P<how>task|callback): (?:(?P<task>\S+) \((?P<coro>[^)]*)\): )?"
-                      r"(?P<file>.+):(?P<line>\d+) in (?P<func>\S+?)(?:; calls (?P<call>.+))?$")
-_DEAD = re.compile(r"^dead task: (?P<task>\S+) \((?P<coro>[^)]*)\): (?P<chain>.*?); raised (?P<exc>.*?)"
-                   r"(?:; waited on by (?P<waiters>task \S+(?:, task \S+)*))?$")
 _CALL = re.compile(r"([A-Za-z_][\w.]*)\s*\(")  # the first call a line of source makes
 # What a pending task's innermost library frame waits in, in words: (file, function) -> words.
 _AWAITS = (("asyncio/queues.py", "queue.%s()"), ("asyncio/locks.py", "%s() of an asyncio lock or event"))
@@ -40,11 +36,12 @@ def find(report, folder):
 # --- a loop blocked by a synchronous call ----------------------------------------------------
 
 def _blocked(d, t):
-    running = next((m.groupdict() for m in map(_RUNNING.match, t.notes) if m), None)
-    state = next((n for n in t.notes if n.startswith(("blocked:", "busy:"))), "")
-    if running is None or not state.startswith("blocked:"):
+    running = notes.first(t.notes, notes.Running)
+    running = running.asdict() if running else None
+    state = notes.first(t.notes, notes.State)
+    if running is None or state is None or state.busy:
         return []  # parked in its selector, or computing: busy is not stuck
-    at = next((i for i, f in enumerate(t.frames) if f[0] == running["file"] and str(f[1]) == running["line"]), None)
+    at = next((i for i, f in enumerate(t.frames) if f[0] == running["file"] and f[1] == running["line"]), None)
     if frames.library(running["file"]) and at is not None and any(not frames.library(f[0]) for f in t.frames[:at]):
         return []  # a framework's coroutine running the user's code (a notebook's cell): that code is the story
     others = [name for name, _chain, awaiting in frames.task_chains(t.notes)
@@ -57,7 +54,7 @@ def _blocked(d, t):
         who = "task %s (%s) calls %s at %s inside a coroutine" % (running["task"], running["coro"], call, place)
     else:
         who = "a callback, %s, calls %s at %s" % (running["func"], call, place)
-    doing = re.sub(r" \([^)]*\)$", "", state[len("blocked: "):].partition(" [kernel")[0])
+    doing = state.doing
     return [Cause("loop-blocked", "%s: the asyncio event loop in thread %s is blocked: %s, so no other task "
                                   "runs (%s)" % (label(d), t.name, who, doing),
                   _unblock(call, running["how"] == "task"), [d["pid"]], [t.name])]
@@ -65,7 +62,7 @@ def _blocked(d, t):
 
 def _source_call(t, running):
     """The first call on the frame's source line, where the runtime could not name it."""
-    code = next((t.code.get(i) for i, f in enumerate(t.frames) if str(f[1]) == running["line"]
+    code = next((t.code.get(i) for i, f in enumerate(t.frames) if f[1] == running["line"]
                  and f[2] == running["func"]), None)
     m = _CALL.search(code or "")
     return m.group(1) if m else None
@@ -104,13 +101,9 @@ def orphaned(p):
     for t in p.stall["threads"]:
         pending = {name: (chain, awaiting) for name, chain, awaiting in frames.task_chains(t.notes)}
         waiting = [name for name, (chain, awaiting) in pending.items() if _waits_for_work(chain, awaiting)]
-        for m in map(_DEAD.match, t.notes):
-            if m is None:
-                continue
-            named = [w[len("task "):] for w in (m.group("waiters") or "").split(", ") if w]
-            chain = [frames.frame_tuple(f) for f in _chain(m.group("chain"))][::-1]
-            death = (m.group("task"), m.group("coro"), m.group("exc"), chain)
-            who = [w for w in named if w in pending]  # none: its work is no pending task's
+        for dead in notes.every(t.notes, notes.DeadTask):
+            death = (dead.task, dead.coro, dead.exc, dead.frames[::-1])
+            who = [w for w in dead.waiters if w in pending]  # none: its work is no pending task's
             if who:
                 out.append((death, [_waiter(w, *pending[w]) for w in who]))
         since = p.activity if p.activity is not None else p.last
@@ -123,20 +116,10 @@ def orphaned(p):
     return out
 
 
-def _chain(text):
-    found = []
-    for part in text.split(" > "):
-        path, _, rest = part.rpartition(":")
-        line, _, func = rest.partition(" in ")
-        if path and line.isdigit():
-            found.append({"file": path, "line": int(line), "function": func})
-    return found
-
-
 def _waits_for_work(chain, awaiting):
     """Does a pending task of the user's wait for something another task produces (an item, an
     event, a future), rather than pace itself, serve, or wait for a client?"""
-    if not chain or all(frames.library(f[0]) for f in chain) or awaiting == SERVER_READ or \
+    if not chain or all(frames.library(f[0]) for f in chain) or awaiting == notes.SERVER_READ or \
             (awaiting or "").startswith(("task ", "gather of ")):
         return False  # a task awaiting other tasks waits where they wait
     return not any(f[2] == func and frames.is_file(f[0], suffix) for f in chain for suffix, func in _NOT_WORK)

@@ -6,13 +6,11 @@ read files or raise on odd paths."""
 import os
 import re
 
+from earlylog.runtime import notes
+
 _LIBRARY = re.compile(r"/(?:site|dist)-packages/|/lib/python\d|^<frozen")
 _WRAPPERS = ("wrapper", "inner", "marked", "decorate_context", "_fn", "__call__")
-_TASK = re.compile(r"^task (\S+): (.*)$")  # `task NAME: FILE:LINE in CORO > ... > awaiting WHAT`
-_CHAIN_FRAME = re.compile(r"^(.*):(\d+) in (\S+)$")
 _CELL = re.compile(r"^<cell (In\[\d+\])>$")  # a notebook cell's frame, as cells() names it
-_CELL_NOTE = re.compile(r"^cell: (In\[\d+\]) is (.+)$")
-_JOINS = re.compile(r"^joins: thread (?P<name>.+?) \(ident (?P<ident>0x[0-9a-f]+)\)$")
 
 
 def library(path):
@@ -69,7 +67,7 @@ def cells(threads):
     """Name each notebook cell's file (IPython names it after the cell's text) `<cell In[2]>` in the
     frames and notes of a dump's threads (objects with .frames and .notes), from their `cell: In[2]
     is PATH` notes (runtime/cells.py): a lock held in one cell's function is named so in another's."""
-    names = {m.group(2): "<cell %s>" % m.group(1) for t in threads for m in map(_CELL_NOTE.match, t.notes) if m}
+    names = {c.path: "<cell %s>" % c.name for t in threads for c in notes.every(t.notes, notes.Cell)}
     for t in threads if names else ():
         t.frames = [(names[f[0]],) + tuple(f[1:]) if f[0] in names else f for f in t.frames]
         t.notes = [_renamed(n, names) if not n.startswith("cell: ") else n for n in t.notes]
@@ -89,25 +87,17 @@ def frame_tuple(frame):
     return (frame["file"], frame["line"], frame["function"]) if frame else None
 
 
-def task_chains(notes):
+def task_chains(texts):
     """The pending asyncio tasks a thread's dump notes list, as (name, frames innermost first,
     what the innermost awaits, e.g. `a Future`, or None)."""
-    out = []
-    for note in notes:
-        m = _TASK.match(note)
-        if not m:
-            continue
-        parts = m.group(2).split(" > ")
-        awaiting = parts.pop()[len("awaiting "):] if parts[-1].startswith("awaiting ") else None
-        chain = [(f.group(1), int(f.group(2)), f.group(3)) for f in map(_CHAIN_FRAME.match, parts) if f]
-        out.append((m.group(1), chain[::-1], awaiting))
-    return out
+    return [(t.name, list(t.frames), t.awaiting) for t in notes.every(texts, notes.Task)]
 
 
-def joined(notes):
+def joined(texts):
     """{'name', 'ident'} of the thread a dumped thread waits for in join(), from its `joins:` note;
     None when it joins none."""
-    return next((m.groupdict() for m in map(_JOINS.match, notes) if m), None)
+    joins = notes.first(texts, notes.Joins)
+    return joins.asdict() if joins else None
 
 
 def in_event_loop(frames):

@@ -8,13 +8,7 @@ import re
 
 from earlylog.read.causes import Cause, label
 from earlylog.read.frames import is_file, library, user_frame, where
-
-_GREENLET = re.compile(r"^greenlet: (?P<name>[^:]+): (?:(?P<chain>.*?) > )?(?P<wait>waits (?:on|in) .*?)"
-                       r"(?:; held by greenlet (?P<holder>\S+); (?P<how>.*)|; socket: (?P<socket>.*))?$")
-_CHAIN_FRAME = re.compile(r"^(.*):(\d+) in (\S+)$")
-_COUNT = re.compile(r"^greenlets: (\d+) waiting on this thread's (\w+) hub")
-_WAIT = re.compile(r"^waits on (?P<kind>[a-z]+(?: (?:get|put|join|recv\w*|send\w*|accept|connect\w*|\w+))?)"
-                   r"(?: `(?P<expr>[^`]*)`)?(?: \((?P<type>[^)]*)\))?$")
+from earlylog.runtime import notes
 # Waits that mean a greenlet waits for work: a server's loop; a main greenlet joining the others
 # (joinall, join) waits where they wait, so it decides nothing by itself.
 _WORK = ("server",)
@@ -25,16 +19,10 @@ _ORDER = ("lock", "event", "result", "queue", "socket", "sleep")
 class Greenlet:
     """One waiting greenlet: its name, frames (innermost first), the wait's words and kind."""
 
-    def __init__(self, m):
-        self.name = m.group("name")
-        self.frames = [(f.group(1), int(f.group(2)), f.group(3)) for f in map(_CHAIN_FRAME.match,
-                                                                             (m.group("chain") or "").split(" > ")) if f][::-1]
-        self.wait = m.group("wait")
-        w = _WAIT.match(self.wait)
-        self.kind = w.group("kind") if w else None
-        self.expr = w.group("expr") if w else None
-        self.type = w.group("type") if w else None
-        self.holder, self.how, self.socket = m.group("holder"), m.group("how"), m.group("socket")
+    def __init__(self, note):
+        self.name, self.frames, self.wait = note.name, list(note.frames), note.wait
+        self.kind, self.expr, self.type = note.kind, note.expr, note.type
+        self.holder, self.how, self.socket = note.holder, note.how, note.socket
 
     @property
     def served(self):
@@ -68,9 +56,9 @@ def in_hub(frames):
 
 def of(t):
     """The greenlets a dumped thread's notes list, or None when it is not a hub with its list."""
-    if not in_hub(t.frames) or not any(_COUNT.match(n) for n in t.notes):
+    if not in_hub(t.frames) or not any(g.count is not None for g in notes.every(t.notes, notes.Greenlets)):
         return None
-    return [Greenlet(m) for m in map(_GREENLET.match, t.notes) if m]
+    return [Greenlet(g) for g in notes.every(t.notes, notes.Greenlet)]
 
 
 def idle(t):
@@ -97,7 +85,7 @@ def awaited(main):
 
 def _lib(t):
     """`gevent` or `eventlet`: whose hub the thread runs, from its `greenlets:` note."""
-    return next((m.group(2) for m in map(_COUNT.match, t.notes) if m), "gevent")
+    return next((g.lib for g in notes.every(t.notes, notes.Greenlets) if g.count is not None), "gevent")
 
 
 def _ranked(found):
@@ -149,7 +137,7 @@ def _words(g, found):
             return "; the queue is full", "find why the consumer of %s stopped getting, or put(timeout=...)" % expr
         return ("; nothing puts into it", "find the producer of %s (did it raise or end early?), or "
                                           "get(timeout=...) so a missing item becomes an error" % expr)
-    peer = re.search(r"TCP \S+ -> (\S+),", g.socket or "")
-    return ("; %s sends nothing" % (peer.group(1) if peer else "its peer"),
+    peer = notes.parse("socket: " + g.socket) if g.socket else None
+    return ("; %s sends nothing" % (peer.remote if peer else "its peer"),
             "find why the peer of %s does not answer; %s.settimeout(...) or "
             "a Timeout (gevent's, eventlet's) turns the silence into an error" % (expr, expr))

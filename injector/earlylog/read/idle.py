@@ -7,7 +7,7 @@ import re
 
 from earlylog.read import greenlets
 from earlylog.read.frames import in_event_loop, is_file, joined, library, task_chains
-from earlylog.runtime.stacks import SERVER_READ
+from earlylog.runtime import notes
 
 # Library frames that may call the user's code without making it a task: the interpreter running a
 # script or module, an import, a thread or a multiprocessing child running its target. Any other
@@ -46,7 +46,6 @@ _IDLE_TITLES = ("ray::IDLE",)
 # Words of _thread() that mean a server waiting for requests.
 _SERVING = ("serve_forever", "server")
 _LOOP_WORK = "waiting for work in an asyncio event loop"
-_TASKS = re.compile(r"^asyncio: (\d+) pending task.*?(?:; it serves (.+))?$")
 
 
 def reason(threads):
@@ -56,7 +55,7 @@ def reason(threads):
     program does. One busy Python thread (but a library's own run loop, working between rounds), or
     one inside a phase, and the process is not idle (CPU used by native threads alone, such as Ray's
     gRPC threads, does not count)."""
-    if any(n.startswith("phase:") and not _loop_phase(n) for t in threads for n in t.notes):
+    if any(not _loop_phase(p.text) for t in threads for p in notes.every(t.notes, notes.Phase)):
         return None
     if any(_busy(t) and not _library_loop(t) for t in threads):
         return None
@@ -115,10 +114,10 @@ def _module_depth(frames):
     return sum(1 for f in frames if _entry(f))
 
 
-def _loop_phase(note):
-    """Is the innermost phase of a `phase:` note one that earlylog opens around a worker's whole
-    loop (a DataLoader worker's)? Waiting for work inside it is idle."""
-    return note[len("phase: "):].rpartition(" > ")[2].startswith(_LOOP_PHASES)
+def _loop_phase(text):
+    """Is the innermost phase of a `phase:` note's text one that earlylog opens around a worker's
+    whole loop (a DataLoader worker's)? Waiting for work inside it is idle."""
+    return text.rpartition(" > ")[2].startswith(_LOOP_PHASES)
 
 
 def by_title(title):
@@ -126,13 +125,13 @@ def by_title(title):
     return "waiting for tasks (its title is %s)" % title if title in _IDLE_TITLES else None
 
 
-def at_terminal(notes):
+def at_terminal(texts):
     """`waiting for input at the terminal (the pdb prompt)` for a thread whose person answers a
     prompt there (runtime/terminal.py), read from its `terminal:` note, or from the stall line for
     the interactive prompt, which has no Python stack; else None."""
-    for note in notes:
-        if note.startswith("terminal: "):
-            return note[len("terminal: "):]
+    for note in texts:
+        if type(notes.parse(note)) is notes.Terminal:
+            return notes.parse(note).text
         if "; waiting for input at the terminal (" in note:
             return "waiting for input at the terminal (%s)" % note.partition("at the terminal (")[2].partition(")")[0]
     return None
@@ -177,11 +176,11 @@ def _told_to_stop(t, kernel):
     """A thread that waits to be told, by a signal, to stop or go on: on an event that one of the
     program's signal handlers sets (`set by:`), or in signal.pause()/sigwait with handlers of the
     program's in place (`handles:`); a daemon's or a service's main thread, waiting for SIGTERM."""
-    for note in t.notes:
-        if note.startswith("set by: the "):
-            return "waiting to be told to stop: %s sets the event it waits on" % note[len("set by: "):]
-        if note.startswith("handles: ") and "waiting for a signal" in kernel:
-            return "waiting for a signal (it handles %s)" % note[len("handles: "):]
+    for note in map(notes.parse, t.notes):
+        if type(note) is notes.SetBy:
+            return "waiting to be told to stop: %s sets the event it waits on" % note.text
+        if type(note) is notes.Handles and "waiting for a signal" in kernel:
+            return "waiting for a signal (it handles %s)" % note.text
     return None
 
 
@@ -194,11 +193,11 @@ def _sleeps_in_c(t):
 
 def _kernel(t):
     """The kernel's words for what the thread is blocked in (`blocked: ...` notes), or ''."""
-    return " ".join(n for n in t.notes if n.startswith("blocked:"))
+    return " ".join(s.text for s in notes.every(t.notes, notes.State) if not s.busy)
 
 
 def _busy(t):
-    return any(n.startswith("busy:") for n in t.notes)
+    return any(s.busy for s in notes.every(t.notes, notes.State))
 
 
 def _library_loop(t):
@@ -245,15 +244,15 @@ def _loop_tasks(t):
     """An event loop waits for work when each pending task is a library's own, or awaits a server,
     a queue, a sleep or a client's next request on a connection its server accepted; a task of the
     user's awaiting anything else (a reply) is stuck."""
-    m = next((m for m in (_TASKS.match(n) for n in t.notes) if m), None)
+    loop = notes.first(t.notes, notes.Asyncio)
     chains = task_chains(t.notes)
-    if m is None:
+    if loop is None or loop.count is None:
         return None if any(not library(f[0]) for f in t.frames) else _LOOP_WORK
-    if int(m.group(1)) > len(chains):
+    if loop.count > len(chains):
         return None  # not every task was written: nothing can be said of the rest
-    serves = m.group(2)
+    serves = loop.serves
     for _name, frames, awaiting in chains:
-        if awaiting == SERVER_READ:
+        if awaiting == notes.SERVER_READ:
             continue  # a server's connection handler waiting for its client's next request
         if serves and _parked(frames, awaiting):
             continue  # `await asyncio.Future()` beside a server: serve until stopped

@@ -8,7 +8,7 @@ from collections import deque, namedtuple
 from earlylog import __version__
 from earlylog.read import files as folder_files
 from earlylog.read.frames import cells
-from earlylog.runtime import identity, records
+from earlylog.runtime import records
 
 # `path:line in function: source` (earlylog's dumps) or `File "path", line N[,] in function`
 # (faulthandler's raw crash output and Python tracebacks).
@@ -359,7 +359,7 @@ def _line(folder, path, state, line):
             hosts[pid] = host_from_name(path, pid)
         host = hosts[pid]
     else:
-        host = identity.safe_name(host)
+        host = records.safe_name(host)
     p = folder.proc(host, pid)
     state["proc"] = p
     if path not in p.files:

@@ -6,26 +6,12 @@ process holds, a stdout nobody reads, a parent waiting on a child. The evidence 
 runtime wrote under each blocked thread (`child:`, `pipe:`, `stdin:`, `socket:`, `file lock:`,
 see runtime/peers.py) and the process tree. It only reads the judged report and the folder, and
 names no process that no note or log names: what is not known is said to be unknown."""
-import re
 import time
 
 from earlylog.read.causes import Cause, busy, label, secs
 from earlylog.read.frames import frame_tuple, is_file, library, where
+from earlylog.runtime import notes  # the grammar of the notes under a dumped thread
 
-_CHILD = re.compile(r"^pid (\d+) \((.*?)\), state (\S) \(([^)]*)\)(.*)$")
-_CHILD_PIPE = re.compile(r"blocked writing to fd \d+ \((stdout|stderr)\), pipe:\[\d+\], (full|not full) "
-                         r"\((\d+) of (\d+) bytes\), which (only )?this process reads")
-_CHILD_STDIN = re.compile(r"blocked reading fd 0 \(stdin\), pipe:\[\d+\], which (only )?this process writes")
-_PIPE = re.compile(r"^fd \d+ \((stdout|stderr)\), (pipe|socket):\[\d+\](?:, (full|not full) \(\d+ of \d+ bytes\))?; "
-                   r"(.*)$")
-_STDIN = re.compile(r'^fd 0, (pipe|socket):\[\d+\]; (.*?)(?:; unfinished output line: (".*"))?$')
-_READS = re.compile(r"^fd \d+(?: \(\w+\))?, pipe:\[\d+\]; (.*)$")
-_HELD_OPEN = re.compile(r"; its (stdout pipe is|stderr pipe is|stdout and stderr pipes are) still held open by "
-                        r"(.*?)(?=; its |$)")
-_FILE_LOCK = re.compile(r"^(?P<path>.+) \((?P<how>flock|fcntl|filelock|sqlite)\); (?P<who>.*)$")
-_SOCKET = re.compile(r"^fd \d+ (\w+), TCP (\S+) -> (\S+), (\w+), (client|server)(?:; (.*))?$")
-_FULL = re.compile(r"full \((\d+ of \d+ bytes)\)")
-_HOLDER = re.compile(r"pid (\d+) \((.*?)\)(?:, |$| \()")
 _LOST = {"vanished": "vanished (no exit record: SIGKILL, or the kernel's OOM killer)",
          "killed": "was killed by a signal", "crashed": "crashed", "failed": "exited with an error"}
 _HELPERS = ("resource-tracker", "forkserver")
@@ -199,13 +185,13 @@ class _Seen:
     def __init__(self, d, t, procs, folder):
         self.d, self.t, self.procs, self.folder = d, t, procs, folder
 
-    def notes(self, word):
-        return [n[len(word) + 2:] for n in self.t.get("notes") or [] if n.startswith(word + ": ")]
+    def notes(self, kind):
+        """The thread's notes of one kind (a class of runtime/notes.py), parsed."""
+        return notes.every(self.t.get("notes") or [], kind)
 
     def children(self):
-        """[(pid, command, state letter, state words, the rest)] from the `child:` notes."""
-        return [(int(m.group(1)), m.group(2), m.group(3), m.group(4), m.group(5))
-                for m in map(_CHILD.match, self.notes("child")) if m]
+        """The `child:` notes of children still there (pid, command, state letter and words, the rest)."""
+        return [c for c in self.notes(notes.Child) if c.state]
 
     def proc(self, pid):
         return self.procs.get((self.d["host"], pid))
@@ -235,8 +221,8 @@ class _Seen:
 
 def _waits_for(d, pid):
     """Does a thread of process d wait for child pid (a `child:` note names it)?"""
-    return any(n.startswith("child: pid %d " % pid) for t in (d["stall"] or {}).get("threads", [])
-               for n in t.get("notes") or [])
+    return any(c.pid == pid and c.command is not None for t in (d["stall"] or {}).get("threads", [])
+               for c in notes.every(t.get("notes") or [], notes.Child))
 
 
 def _holders(seen, text):
@@ -244,7 +230,7 @@ def _holders(seen, text):
     if not text.startswith("other end held by "):
         return []
     text = text[len("other end held by "):]
-    found = [(int(pid), command) for pid, command in _HOLDER.findall(text)]
+    found = notes.holders(text)
     return found + ([(seen.d["pid"], "this process")] if text.startswith("this process") or
                     ", this process" in text else [])
 
@@ -260,21 +246,20 @@ def _launcher(command):
 def _pipe_deadlock(seen, told):
     """A parent waiting for a child that is blocked on a pipe only the parent serves: writing to a
     full stdout the parent reads only afterwards, or reading a stdin the parent never writes."""
-    for pid, command, _state, _words, rest in seen.children():
-        me = seen.d["pid"]
+    for kid in seen.children():
+        pid, command, me = kid.pid, kid.command, seen.d["pid"]
         if frozenset((me, pid)) in told:
             continue
         head = "pipe deadlock: %s %s (%s) for child pid %d (%s), which is blocked" % (
             seen.who, seen.waits, seen.at, pid, command)
-        out, into = _CHILD_PIPE.search(rest), _CHILD_STDIN.search(rest)
-        if out is not None:
-            stream = out.group(1)
+        if kid.writes is not None:
+            stream, fullness, used, size, only = kid.writes
             text = "%s writing to its %s: a %s pipe (%s of %s bytes) that %spid %d reads, and not while it waits" % (
-                head, stream, out.group(2), out.group(3), out.group(4), "only " if out.group(5) else "", me)
+                head, stream, fullness, used, size, "only " if only else "", me)
             return seen.cause("pipe-deadlock", text, _communicate(stream), [me, pid])
-        if into is not None:
+        if kid.reads_stdin is not None:
             text = "%s reading its stdin: a pipe that %spid %d writes, and not while it waits" % (
-                head, "only " if into.group(1) else "", me)
+                head, "only " if kid.reads_stdin else "", me)
             next_step = ("give the child its input and end it: `proc.communicate(input=...)` (writes, closes stdin, "
                          "then waits), or `proc.stdin.close()` before `proc.wait()`; or start it with "
                          "`stdin=subprocess.DEVNULL`")
@@ -285,16 +270,14 @@ def _pipe_deadlock(seen, told):
 def _read_deadlock(seen, told):
     """A process reading a pipe (a child's stdout) whose writer, a process of its own, is blocked
     reading a stdin that this one holds and never writes: each waits for the other."""
-    for note in seen.notes("reads"):
-        m = _READS.match(note)
-        for pid, command in (_holders(seen, m.group(1)) if m else []):
+    for note in seen.notes(notes.Reads):
+        for pid, command in _holders(seen, note.other):
             writer = seen.proc(pid)
             if writer is None or pid == seen.d["pid"] or frozenset((seen.d["pid"], pid)) in told:
                 continue
             for t in (writer["stall"] or {}).get("threads", []):
-                stdin = next((_STDIN.match(n[len("stdin: "):]) for n in t.get("notes") or []
-                              if n.startswith("stdin: ")), None)
-                if stdin is None or seen.d["pid"] not in [p for p, _c in _holders(seen, stdin.group(2))]:
+                stdin = notes.first(t.get("notes") or [], notes.Stdin)
+                if stdin is None or seen.d["pid"] not in [p for p, _c in _holders(seen, stdin.other)]:
                     continue
                 text = ("deadlock: %s, in %s, reads the output of pid %d (%s), which waits for input on its stdin "
                         "(in %s), a pipe only pid %d writes to: each waits for the other" % (
@@ -311,23 +294,23 @@ def _queue_join(seen, told):
     pipe that the parent holds the other end of: the feeder thread of a multiprocessing Queue (or
     Pipe) whose data the parent would read only after the child ends, and a child does not end
     before its queue is flushed."""
-    for pid, command, _state, _words, _rest in seen.children():
+    for pid in [kid.pid for kid in seen.children()]:
         child = seen.proc(pid)
         if child is None or child["stall"] is None or frozenset((seen.d["pid"], pid)) in told:
             continue
         for t in child["stall"]["threads"]:
-            notes = t.get("notes") or []
-            pipe = next((n for n in notes if n.startswith("pipe: ") and _FULL.search(n)), None)
-            if pipe is None or not any(n.startswith("blocked: writing to fd") for n in notes):
+            texts = t.get("notes") or []
+            pipe = next((p for p in notes.every(texts, notes.Pipe) if p.used), None)
+            if pipe is None or not any(n.startswith("blocked: writing to fd") for n in texts):
                 continue
-            if seen.d["pid"] not in [p for p, _c in _holders(seen, pipe.partition("; ")[2])]:
+            if seen.d["pid"] not in [p for p, _c in _holders(seen, pipe.other)]:
                 continue
             feeder = any(is_file(f["file"], "multiprocessing/queues.py") for f in t["frames"])
             text = ("deadlock: %s %s (%s) for child pid %d (%s) to end, and the child cannot end: its %s is "
                     "blocked sending into a full pipe (%s) that pid %d reads, and not while it waits" % (
                         seen.who, seen.waits, seen.at, pid, child["tag"],
                         "queue's feeder thread (%s)" % t["name"] if feeder else "thread %s" % t["name"],
-                        _FULL.search(pipe).group(1), seen.d["pid"]))
+                        pipe.used, seen.d["pid"]))
             next_step = ("read what the child sends before joining it: %s, then `p.join()`%s" % (
                 "`q.get()` everything it puts" if feeder else "`conn.recv()` everything it sends",
                 " (a process that put data on a multiprocessing Queue ends only once that data is in the pipe)"
@@ -451,14 +434,11 @@ def _shared_lock(seen, told):
 def _file_lock(seen, told):
     """A thread waiting for a lock on a file (flock, fcntl or the filelock package's retry loop):
     the file, and the process holding the lock, with its own state when it logs here too."""
-    for note in seen.notes("file lock"):
-        m = _FILE_LOCK.match(note)
-        if m is None:
-            continue
-        path, who = m.group("path"), m.group("who")
-        holders = [(int(pid), command) for pid, command in _HOLDER.findall(who)]
+    for note in seen.notes(notes.FileLock):
+        path, who = note.path, note.who
+        holders = notes.holders(who)
         text = "%s %s (%s) for a lock on the file %s" % (seen.who, seen.waits, seen.at, path)
-        if m.group("how") == "sqlite" and holders:
+        if note.how == "sqlite" and holders:
             pid, command = holders[0]
             holder = seen.proc(pid)
             text = ("%s retries a SQLite statement (%s): the database %s is locked by pid %d (%s)%s; SQLite sleeps "
@@ -500,17 +480,14 @@ def _stdin(seen, told):
     """A thread reading a stdin that is no terminal, after a prompt (or straight from the user's
     code), while the process at the other end sends nothing. A library reading stdin with no
     prompt (a language server waiting for requests) is idle, not stuck: no cause."""
-    for note in seen.notes("stdin"):
-        m = _STDIN.match(note)
-        if m is None:
-            continue
-        prompt = m.group(3) if m.group(3) and _prompt(m.group(3)) else _last_prompt(seen)
+    for note in seen.notes(notes.Stdin):
+        prompt = note.prompt if note.prompt and _prompt(note.prompt) else _last_prompt(seen)
         frames = seen.t["frames"]
         if not prompt and not (frames and not library(frames[0]["file"])):
             continue
-        holders = _holders(seen, m.group(2))
+        holders = _holders(seen, note.other)
         text = "%s waits for input on stdin (%s)%s; stdin is a %s" % (
-            seen.who, seen.at, " after printing %s" % prompt if prompt else "", m.group(1))
+            seen.who, seen.at, " after printing %s" % prompt if prompt else "", note.link)
         if holders:
             pid, command = holders[0]
             holder = seen.proc(pid)
@@ -561,11 +538,10 @@ def _no_stdin(launcher):
 def _network(seen, told):
     """A client thread connecting to, or waiting on, a TCP peer that does not answer. A server's
     end of a connection waiting for the next request is idle: no cause."""
-    for note in seen.notes("socket"):
-        m = _SOCKET.match(note)
-        if m is None or m.group(5) != "client":
+    for note in seen.notes(notes.Socket):
+        if note.role != "client":
             continue
-        call, peer, state, detail = m.group(1), m.group(3), m.group(4), m.group(6) or ""
+        call, peer, state, detail = note.call, note.remote, note.state, note.detail or ""
         detail, _, task = detail.partition("; awaited in ")  # an asyncio task's read: where the task waits
         at = task or seen.at
         silent = secs(seen.d["stall"].get("seconds") or 0)
@@ -594,10 +570,10 @@ def _network(seen, told):
 
 def _queues(detail):
     """`0 bytes received unread, 0 unsent` in words a reader can act on."""
-    m = re.match(r"(\d+) bytes received unread, (\d+) unsent", detail)
-    if m is None:
+    counts = notes.Socket(None, None, None, None, None, detail).unread
+    if counts is None:
         return detail
-    unread, unsent = int(m.group(1)), int(m.group(2))
+    unread, unsent = counts
     sent = "everything it sent was acknowledged" if not unsent else "%d bytes it sent are not acknowledged" % unsent
     return "%s, and %s" % (sent, "nothing has come back" if not unread else "%d bytes wait unread" % unread)
 
@@ -605,11 +581,8 @@ def _queues(detail):
 def _full_stream(seen, told):
     """A thread blocked writing to its stdout or stderr, which the process at the other end does
     not read. When that process waits for this one to exit, it is a pipe deadlock."""
-    for note in seen.notes("pipe"):
-        m = _PIPE.match(note)
-        if m is None:
-            continue
-        stream, kind, holders = m.group(1), "pipe" if m.group(2) == "pipe" else "socket pair", _holders(seen, m.group(4))
+    for note in [p for p in seen.notes(notes.Pipe) if p.stream in ("stdout", "stderr")]:
+        stream, kind, holders = note.stream, "pipe" if note.link == "pipe" else "socket pair", _holders(seen, note.other)
         reader = seen.proc(holders[0][0]) if holders else None
         me = seen.d["pid"]
         if reader is not None and frozenset((reader["pid"], me)) in told:
@@ -619,7 +592,7 @@ def _full_stream(seen, told):
                     "this process exits, and it waits for that" % (seen.who, stream, seen.at, reader["pid"],
                                                                    reader["tag"]))
             return seen.cause("pipe-deadlock", text, _communicate(stream), [reader["pid"], me])
-        full = "is full" if m.group(3) == "full" else "takes no more"
+        full = "is full" if note.fullness == "full" else "takes no more"
         if holders:
             text = "%s is blocked writing to its %s (%s): the %s %s and pid %d (%s), which holds the other end, " \
                    "does not read it" % (seen.who, stream, seen.at, kind, full, holders[0][0], holders[0][1])
@@ -643,14 +616,15 @@ def _drain(launcher, stream, who):
 def _pipe_held(seen, told):
     """A parent reading a child's output to its end (communicate, run with capture_output) after
     the child exited, while a process the child left running holds the pipe open."""
-    for pid, command, _state, _words, rest in seen.children():
-        m = _HELD_OPEN.search(rest)
-        if m is None or frozenset((seen.d["pid"], pid)) in told:
+    for kid in seen.children():
+        pid, command = kid.pid, kid.command
+        if not kid.held_open or frozenset((seen.d["pid"], pid)) in told:
             continue
-        holders = _HOLDER.findall(m.group(2))
+        streams, who = kid.held_open[0]
+        holders = notes.holders(who)
         text = ("%s %s (%s) for the end of the output of child pid %d (%s), which has exited, but its "
                 "%s still held open by %s, a process it left running: the output never ends" % (
-                    seen.who, seen.waits, seen.at, pid, command, m.group(1), m.group(2)))
+                    seen.who, seen.waits, seen.at, pid, command, streams, who))
         next_step = ("start background processes with their own output (`cmd > server.log 2>&1 &`, or "
                      "`stdout=subprocess.DEVNULL` for a Popen they start), or wait for the child with "
                      "`proc.wait()` instead of reading its output to the end")
@@ -660,7 +634,7 @@ def _pipe_held(seen, told):
 
 def _child_wait(seen, told):
     """A parent waiting for a child: the child named, its kernel state, and its own stall if it logs."""
-    for pid, command, state, words, rest in seen.children():
+    for pid, command, state, words, rest in [(c.pid, c.command, c.state, c.words, c.rest) for c in seen.children()]:
         if frozenset((seen.d["pid"], pid)) in told:
             continue
         text = "%s %s (%s) for child pid %d (%s), which is %s" % (

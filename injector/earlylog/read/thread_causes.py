@@ -13,14 +13,7 @@ import time
 
 from earlylog.read import frames, greenlets, idle
 from earlylog.read.causes import Cause, first_line, label, secs
-
-# The runtime's notes under a thread in a dump (their grammar is in runtime/waits.py).
-_WAITS_FOR = re.compile(r"^waits for: (?P<kind>[a-z]+) (?P<name>.+?) \((?P<type>[\w.]+) at 0x[0-9a-f]+"
-                        r"(?:, (?P<detail>[^)]*))?\)$")
-_HELD_BY = re.compile(r"^held by: (?:thread (?P<name>.+?) \(ident (?P<ident>0x[0-9a-f]+)\)|(?P<self>this thread "
-                      r"itself)|a thread no longer running \(ident (?P<gone>0x[0-9a-f]+)\)|an unknown thread)"
-                      r"(?:; (?P<how>with block|acquire\(\)) at (?P<file>.+):(?P<line>\d+) in (?P<func>\S+?)"
-                      r"(?:, not released since)?)?$")
+from earlylog.runtime import notes  # the grammar of the runtime's notes under a thread in a dump
 _MODULE = re.compile(r"/(?:site|dist)-packages/(.+)\.py$|/lib/python\d[\d.]*/(.+)\.py$")
 _LOCKS = ("lock", "semaphore")
 _POOL_WORKER = re.compile(r"^(.+)_\d+$")  # ThreadPoolExecutor's thread names: `PREFIX_N`
@@ -38,22 +31,17 @@ class _Thread:
     def __init__(self, raw):
         self.name, self.ident, self.main, self.daemon = raw.name, raw.ident, raw.main, raw.daemon
         self.frames = raw.frames
-        self.state = next((n for n in raw.notes if n.startswith(("blocked:", "busy:"))), None)
-        self.wait = None
+        state = notes.first(raw.notes, notes.State)
+        self.state = state.text if state else None
+        self.doing_words = state.doing if state else ""
+        wait = notes.first(raw.notes, notes.WaitsFor)
+        self.wait = dict(wait.asdict(), unfinished=wait.unfinished) if wait else None
         self.joins = frames.joined(raw.notes)
         self.serving = idle.serves(raw)  # a server waiting for requests: joining it is serving
         # `SIGALRM, flush at m.py:6`: it waits inside a signal handler of the program's
-        self.handler = next((n[len("in signal handler: "):] for n in raw.notes
-                             if n.startswith("in signal handler: ")), None)
-        self.holders = []
-        for note in raw.notes:
-            m = _WAITS_FOR.match(note)
-            if m:
-                self.wait = m.groupdict()
-                continue
-            m = _HELD_BY.match(note)
-            if m:
-                self.holders.append(m.groupdict())
+        handler = notes.first(raw.notes, notes.InSignalHandler)
+        self.handler = handler.text if handler else None
+        self.holders = [h.asdict() for h in notes.every(raw.notes, notes.HeldBy)]
 
     @property
     def busy(self):
@@ -75,9 +63,7 @@ class _Thread:
 
     def doing(self):
         """What a blocked thread does, in a few words: `sleeping`, `waiting to read from a pipe`."""
-        if not self.state or not self.state.startswith("blocked: "):
-            return ""
-        return re.sub(r" \([^)]*\)$", "", self.state[len("blocked: "):].partition(" [kernel")[0])
+        return self.doing_words
 
     def now(self):
         """`is now in f at x.py:3 (sleeping)`, or what it waits for."""
@@ -304,7 +290,7 @@ def _flush_for_parent(d, t, by_ident, parent):
                                  for f in target.frames):
         return False
     stall = parent.stall if parent is not None else None
-    return bool(stall) and any(n.startswith("child: pid %d " % d["pid"]) for pt in stall["threads"] for n in pt.notes)
+    return bool(stall) and any(c.pid == d["pid"] for pt in stall["threads"] for c in notes.every(pt.notes, notes.Child))
 
 
 def _join(d, t, by_ident, in_cycle):
@@ -409,16 +395,13 @@ def _thread_exit(d, death, frame, when, w, waits):
                  [d["pid"]], [death.thread, w.name])
 
 
-_UNFINISHED = re.compile(r"^join, (\d+) unfinished, 0 queued$")
-
 
 def _unmarked(d, threads):
     """Queue.join() on an empty queue whose consumers wait for more: items were got without
     task_done() (an exception or a `continue` skipped it), so the join never returns."""
     out = []
     for t in threads:
-        m = _UNFINISHED.match(t.wait["detail"] or "") if t.wait and t.wait["kind"] == "queue" else None
-        if m is None or int(m.group(1)) == 0:
+        if not (t.wait and t.wait["kind"] == "queue" and t.wait["unfinished"]):
             continue
         getters = [o for o in threads if o is not t and o.wait and o.wait["kind"] == "queue"
                    and o.wait["name"].rpartition(".")[2] == t.wait["name"].rpartition(".")[2]
@@ -431,7 +414,7 @@ def _unmarked(d, threads):
         out.append(Cause(
             "task-done", "%s: thread %s waits in join() at %s for %s unfinished item%s of %s, which is empty%s: "
             "an item was got without task_done(), so join() never returns" % (
-                label(d), t.name, _place(t.frame), m.group(1), "" if m.group(1) == "1" else "s", _what(t.wait),
+                label(d), t.name, _place(t.frame), t.wait["unfinished"], "" if t.wait["unfinished"] == 1 else "s", _what(t.wait),
                 consumers),
             "call task_done() once for every get(), in a `finally:` so that an exception or a `continue` "
             "cannot skip it", [d["pid"]], [t.name] + [g.name for g in getters]))

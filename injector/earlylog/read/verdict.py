@@ -11,7 +11,7 @@ from earlylog.read import async_causes, greenlets, idle, known, registry
 from earlylog.read.causes import busy, first_line, label, secs
 from earlylog.read.frames import (call_name, frame_dict, frame_tuple, in_event_loop, library, task_chains, user_frame,
                                   where)
-from earlylog.runtime import identity, retries
+from earlylog.runtime import notes, records
 
 SCHEMA = 1
 TROUBLE = ("stalled", "crashed", "killed", "vanished", "failed")
@@ -54,9 +54,8 @@ def _stuck_thread(stall):
 
 
 def _thread_dict(t):
-    state = next((n for n in t.notes if n.startswith(("blocked:", "busy:"))), None)
-    phase = next((n[len("phase: "):] for n in t.notes if n.startswith("phase: ")), None)
-    return {"name": t.name, "main": t.main, "state": state, "phase": phase,
+    state, phase = notes.first(t.notes, notes.State), notes.first(t.notes, notes.Phase)
+    return {"name": t.name, "main": t.main, "state": state and state.text, "phase": phase and phase.text,
             "frame": frame_dict(user_frame(t.frames)), "call": call_name(t.frames),
             "frames": [_with_code(frame_dict(f), t.code.get(i)) for i, f in enumerate(t.frames)], "notes": list(t.notes)}
 
@@ -365,7 +364,7 @@ def _span(a, b):
 def judge(folder, now=None):
     """The whole report as plain data (the --json schema, documented in docs/json-schema.md)."""
     now = time.time() if now is None else now
-    here = identity.safe_name(os.uname().nodename)
+    here = records.safe_name(os.uname().nodename)
     procs = sorted(folder.procs.values(), key=lambda p: (p.first or 0, p.pid))
     out = [_process(p, now, here) for p in procs]
     by_key = {(d["host"], d["pid"]): d for d in out}
@@ -436,11 +435,6 @@ def _killed_by_notice(out, kills):
                                   "; next: " + _KILL_NEXT[who] if who in _KILL_NEXT else "")}
 
 
-_RETRIES = re.compile(r"^retries: (\d+) failures seen in the last ([\d.]+) s$")
-# runtime/retries.py's words for an exception: `ConnectionRefusedError: [Errno 111] Connection refused,
-# raised in connect at client.py:14, connecting to 127.0.0.1:1`.
-_HANDLING = re.compile(r"^(?P<error>[\w.]+)(?:: (?P<text>.*?))?(?:, raised in (?P<raised>\S+ at \S+:\d+))?"
-                       r"(?:, connecting to (?P<target>\S+))?$")
 
 
 def _retrying(d, p):
@@ -450,13 +444,12 @@ def _retrying(d, p):
     still came near the end of its log. A process that exited is past it."""
     found = None
     for t in (d["stall"] or {}).get("threads") or []:
-        notes = t["notes"]
-        handling = next((n[len("handling: "):] for n in notes if n.startswith("handling: ")), None)
-        counted = next((m for m in map(_RETRIES.match, notes) if m), None)
+        handling = notes.first(t["notes"], notes.Handling)
+        counted = notes.first(t["notes"], notes.Retries)
         sleeping = (t["state"] or "").startswith("blocked: sleeping")
-        if handling and (sleeping or counted):  # a sleep inside an `except` block: a pause between tries
-            found = {"thread": t["name"], "handling": handling, "count": int(counted.group(1)) if counted else None,
-                     "seconds": float(counted.group(2)) if counted else None, "frame": t["frame"]}
+        if handling and handling.words and (sleeping or counted):  # a sleep inside an `except` block: a pause between tries
+            found = {"thread": t["name"], "handling": handling.words, "count": counted.count if counted else None,
+                     "seconds": counted.seconds if counted else None, "frame": t["frame"]}
             break
     newest = max(p.retrying.values(), key=lambda r: r["time"] or 0) if p.retrying else None
     dumped_since = p.stall is not None and p.stall["time"] is not None and newest is not None and \
@@ -466,11 +459,9 @@ def _retrying(d, p):
         found = dict(newest, thread=next(k for k, v in p.retrying.items() if v is newest), frame=None)
     if found is None or p.exit_status is not None or p.crash is not None:
         return
-    m = _HANDLING.match(found["handling"])
-    found["error"] = m.group("error") if m else found["handling"].partition(":")[0]
-    found["raised_in"] = m.group("raised") if m else None
-    found["address"] = m.group("target") if m else None
-    if retries.polling(found["error"], found["address"]):
+    words = notes.parse("handling: " + found["handling"])  # a dump's note, or the `retrying:` line's words
+    found["error"], found["raised_in"], found["address"] = words.error, words.raised, words.target
+    if records.polling(found["error"], found["address"]):
         return  # `except queue.Empty: time.sleep(1)`: a worker polling for work, idle
     yield d, {"retrying": found}
     what = "connecting to %s (%s)" % (found["address"], found["error"]) if found["address"] else "with %s" % (
@@ -488,7 +479,6 @@ def _retrying(d, p):
         yield d, {"summary": d["summary"] + "; it was " + text}
 
 
-_CHILD_WAIT = re.compile(r"^child: pid (\d+) \((.*?)\), state ")
 
 
 _BLOCKING_WAITS = ("blocked: waiting for a child process to exit", "blocked: waiting to read from")
@@ -511,7 +501,7 @@ def _killed_while_waited(out, by_key, procs):
             # and sleeps, and its caller may kill the child itself when the time is up.
             if not any(n.startswith(_BLOCKING_WAITS) for n in t.notes):
                 continue
-            for pid, command in ((int(m.group(1)), m.group(2)) for m in map(_CHILD_WAIT.match, t.notes) if m):
+            for pid, command in ((c.pid, c.command) for c in notes.every(t.notes, notes.Child) if c.state):
                 d = by_key.get((p.host, pid))  # the note says it was alive at that dump
                 if d is None or d["state"] not in ("vanished", "killed") or d["killed_by"] or d["waited_by"]:
                     continue
@@ -645,9 +635,16 @@ def _waited_on(out):
             yield d, {"state": "stalled", "summary": d["summary"] + " (while other ranks wait for it)"}
 
 
-_CHILD_NOTE = re.compile(r"^child: pid (\d+) ")
-_READS_FROM = re.compile(r"^reads: .*?; other end held by pid (\d+) ")
 _WORKING = ("running", "busy", "idle")
+
+
+def _waited_pid(note):
+    """The pid a `child:` note names, or the first process holding the other end of a `reads:` pipe."""
+    if type(note) is notes.Child and note.command is not None:
+        return note.pid
+    if type(note) is notes.Reads and note.other.startswith("other end held by pid "):
+        return notes.holders(note.other)[0][0]
+    return None
 
 
 def _waits_on_working_children(out, by_key):
@@ -664,8 +661,8 @@ def _waits_on_working_children(out, by_key):
         children = set(d["children"])
         waited, others = [], False
         for t in d["stall"]["threads"]:
-            notes = t.get("notes") or []
-            pids = [int(m.group(1)) for m in (_CHILD_NOTE.match(n) or _READS_FROM.match(n) for n in notes) if m]
+            pids = [_waited_pid(note) for note in map(notes.parse, t.get("notes") or [])]
+            pids = [pid for pid in pids if pid is not None]
             if pids and all(pid in children for pid in pids):
                 waited += pids
             elif t["main"] or not all(library(f["file"]) for f in t["frames"]):

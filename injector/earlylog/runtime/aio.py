@@ -1,5 +1,5 @@
 """What an asyncio event loop's thread is really doing, read from its frames and the live tasks at
-dump time, as extra dump lines under that thread (parsed by read/async_causes.py):
+dump time, as extra dump lines under that thread (their grammar: runtime/notes.py):
   running task: NAME (CORO): FILE:LINE in FUNC[; calls CALL]
       the loop is inside one task's step, not in its selector: FUNC at FILE:LINE is the innermost
       coroutine frame of task NAME (whose coroutine function is CORO), and CALL the call it makes
@@ -22,7 +22,7 @@ meanwhile) and at most MAX_TASKS of them are looked at. It never raises; what ca
 left out."""
 import _weakref
 
-from earlylog.runtime import waits
+from earlylog.runtime import notes, waits
 
 MAX_TASKS = 10000   # tasks looked at per loop: a copy of their set costs well under a millisecond
 MAX_DEAD = 5        # `dead task:` lines per loop
@@ -90,21 +90,21 @@ def _running(frame):
     while coros < len(inner) and inner[-1 - coros].f_code.co_flags & _COROUTINE:
         coros += 1
     if not coros:
-        return ["  running callback: %s%s" % (_frame_text(inner[-1]), _calls(inner, len(inner) - 1))]
+        return [notes.running_callback(_frame_text(inner[-1]), _calls(inner, len(inner) - 1))]
     task = _task_of(inner[-1])
     name, coro = _names(task) if task is not None else ("?", inner[-1].f_code.co_name)
     at = len(inner) - coros  # the innermost coroutine frame's index
-    return ["  running task: %s (%s): %s%s" % (name, coro, _frame_text(inner[at]), _calls(inner, at))]
+    return [notes.running_task(name, coro, _frame_text(inner[at]), _calls(inner, at))]
 
 
 def _calls(inner, at):
-    """`; calls time.sleep`: the call frame inner[at] makes, as its source writes it; for a call
-    into Python code with no such text, the function it entered."""
+    """`time.sleep`: the call frame inner[at] makes, as its source writes it; for a call into
+    Python code with no such text, the function it entered; or None."""
     text = waits.call_at(inner[at])
     if text is None and at > 0:
         code = inner[at - 1].f_code
         text = getattr(code, "co_qualname", code.co_name)
-    return "; calls " + text if text else ""
+    return text or None
 
 
 def _task_of(frame):
@@ -137,16 +137,14 @@ def _dead(loop):
         name, coro = _names(task)
         exc = _get(task, "_exception")
         frames = _traceback(exc)
-        chain = " > ".join(_frame_text(f, line) for f, line in frames) or "?"
         held = _held(frames)
         waiters = []
         for obj_id, task in waited:
             who = _names(task)[0] if obj_id in held else None
             if who is not None and who not in waiters:
                 waiters.append(who)
-        out.append("  dead task: %s (%s): %s; raised %s%s" % (
-            name, coro, chain, _exception_text(exc),
-            "; waited on by " + ", ".join("task " + w for w in waiters[:5]) if waiters else ""))
+        out.append(notes.dead_task(name, coro, [_frame_text(f, line) for f, line in frames], _exception_text(exc),
+                                   waiters[:5]))
     return out
 
 
@@ -296,4 +294,4 @@ def _asyncio_file(path, name):
 
 def _frame_text(frame, line=None):
     code = frame.f_code
-    return "%s:%d in %s" % (code.co_filename, line or frame.f_lineno or 0, code.co_name)
+    return notes.frame(code.co_filename, line or frame.f_lineno or 0, code.co_name)

@@ -11,7 +11,7 @@ getattr, a property or a trait, and the map is only looked up, never iterated. W
 not loaded, or is laid out otherwise, it writes nothing."""
 import sys
 
-from earlylog.runtime import waits
+from earlylog.runtime import notes as grammar, waits
 
 MAX_FRAMES = 40  # frames looked at per thread, as in the dump itself
 
@@ -29,7 +29,7 @@ def notes(frame):
             seen.add(path)
             number = files.get(path)
             if type(number) is int:
-                out.append("  cell: In[%d] is %s" % (number, path))
+                out.append(grammar.cell(number, path))
         frame = frame.f_back
         depth += 1
     return out

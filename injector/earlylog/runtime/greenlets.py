@@ -2,7 +2,7 @@
 runs the hub. A monkey-patched program's thread sits in the hub's loop (`run at hub.py:647`)
 whenever every greenlet waits; the program's own work is in the greenlets the hub switches to.
 Their stacks are read from each greenlet's `gr_frame` (its suspended frame), never by switching
-to them. The lines, parsed by the reader (read/greenlets.py):
+to them. The lines (their grammar: runtime/notes.py):
   greenlets: N waiting on this thread's LIB hub[, M listed]      LIB: gevent or eventlet
   greenlet: NAME: FILE:LINE in FUNC > ... > waits on KIND[ `EXPR`] (TYPE)[; held by greenlet NAME; with
       block at FILE:LINE in FUNC | ; socket: peers.socket_line()'s words]   KIND: event, lock, queue get|put, greenlet join, joinall, socket OP,
@@ -16,7 +16,7 @@ thread at dump time; it never imports, switches, calls the program's code (green
 descriptors are read, never a library's properties) or raises."""
 import sys
 
-from earlylog.runtime import peers, waits
+from earlylog.runtime import notes, peers, waits
 
 MAX_BLOCKS = 1000000  # allocated memory blocks (about 2.5 per object) above which the heap is not scanned:
                       # the scan takes about 10 ms per 100,000 objects, holding the GIL
@@ -69,7 +69,7 @@ def lines(frame, state=None):
         return []
     blocks = sys.getallocatedblocks()
     if blocks > MAX_BLOCKS:
-        return ["  greenlets: not listed (a heap of %d blocks is too large to scan during a dump)" % blocks]
+        return [notes.greenlets_unlisted("a heap of %d blocks is too large to scan during a dump" % blocks)]
     read = {name: vars(base)[name].__get__ for name in ("gr_frame", "parent", "dead")}
     hub = waits.frame_locals(hub_frame).get("self")
     if lib == "eventlet":
@@ -85,19 +85,18 @@ def lines(frame, state=None):
             top = read["gr_frame"](obj)
             if top is not None and _root(obj, read) is root:
                 found.append((obj, top))
-    out = ["  greenlets: %d waiting on this thread's %s hub%s" % (
-        len(found), lib, ", %d listed" % MAX_LISTED if len(found) > MAX_LISTED else "")]
+    out = [notes.greenlets(len(found), lib, MAX_LISTED if len(found) > MAX_LISTED else None)]
     listed = [(read["parent"](obj) is None, top) for obj, top in found[:MAX_LISTED]]
     sockets = [0]
     for main, top in listed:
         text, obj = _wait(top)
         holder = _holder(obj, top, listed) if obj is not None and text.startswith("waits on lock") else None
-        more = "; held by greenlet %s%s" % holder if holder else ""
+        more = notes.greenlet_holder(*holder) if holder else ""
         if obj is not None and text.startswith("waits on socket") and sockets[0] < MAX_SOCKETS:
             sockets[0] += 1
             line = _socket_line(obj)
-            more = "; socket: " + line if line else ""
-        out.append("  greenlet: %s: %s%s" % ("main" if main else _name(top), " > ".join(_chain(top) + [text]), more))
+            more = notes.greenlet_socket(line) if line else ""
+        out.append(notes.greenlet("main" if main else _name(top), _chain(top), text, more))
     return out
 
 
@@ -165,7 +164,7 @@ def _chain(top):
     frame = top
     while frame is not None and len(out) < MAX_CHAIN:
         if not _own(frame):
-            out.append("%s:%d in %s" % (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+            out.append(notes.frame(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
         frame = frame.f_back
     return out[::-1]
 
@@ -192,25 +191,24 @@ def _wait(top):
                     kind)
         frame = frame.f_back
     if frame is None:
-        return "waits in %s" % top.f_code.co_name, None
+        return notes.waits_in(top.f_code.co_name), None
     for expr, attr, text in waits._calls_at(frame):  # the user's call: what it is made on
         found, value = waits._resolve(expr, frame)
         if not found:
             continue
         what, label = _object_kind(value)
         if what is None and attr in _JOINS and kind is None:
-            return "waits on joinall (%s.%s)" % (_library(value) or lib or "gevent", attr), None
+            return notes.waits_on("joinall", None, "%s.%s" % (_library(value) or lib or "gevent", attr)), None
         if what is None and kind in ("sleep", "server", "hub join"):
-            return "waits on %s (%s)" % (kind, lib or _library(value) or "gevent"), None
+            return notes.waits_on(kind, None, lib or _library(value) or "gevent"), None
         if what is None and kind is None:
             continue
         what = what or kind
         if what in ("queue", "socket"):
             what += " " + attr
-        return "waits on %s `%s`%s" % (what, text if len(text) <= 80 else text[:77] + "...",
-                                        " (%s)" % label if label else ""), \
+        return notes.waits_on(what, text if len(text) <= 80 else text[:77] + "...", label), \
             value if what == "lock" or what.startswith("socket") else None
-    return ("waits on %s" % kind if kind else "waits in %s" % top.f_code.co_name), None
+    return (notes.waits_on(kind) if kind else notes.waits_in(top.f_code.co_name)), None
 
 
 def _library(value):

@@ -4,6 +4,8 @@ Read-only: it looks at sys, os.environ and /proc, and must never change any of t
 import os
 import sys
 
+from earlylog.runtime import records
+
 # multiprocessing starts its helpers with `python -c "from multiprocessing.X import ..."`.
 _MP_ROLES = (
     ("multiprocessing.resource_tracker", "resource-tracker"),
@@ -58,7 +60,7 @@ def place(args, environ=os.environ):
     found.append(("restart", int(restart) if restart.isdigit() and rank(environ) is not None else None))
     run = environ.get("TORCHELASTIC_RUN_ID", "")
     job = environ.get("SLURM_JOB_ID") or (run if run not in ("", "none") else None)
-    found.append(("job", safe_name(job) if job else None))
+    found.append(("job", records.safe_name(job) if job else None))
     return " ".join("%s=%s" % (key, value) for key, value in found if value is not None)
 
 
@@ -137,12 +139,6 @@ def tag(role_name, rank_number):
     if role_name == "rank":
         return "rank%d" % rank_number
     return role_name if rank_number is None else "%s.r%d" % (role_name, rank_number)
-
-
-def safe_name(text):
-    """Text made safe for a file name: letters, digits, '.', '_' and '-' only, 40 at most."""
-    kept = "".join(c if c.isalnum() or c in "._-" else "_" for c in text)
-    return kept[:40] or "python"
 
 
 class Identity:

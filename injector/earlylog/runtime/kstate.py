@@ -77,20 +77,16 @@ def describe(tid, cpu_share=None):
     if not state:
         return ""
     state = state[0]
+    from earlylog.runtime import notes  # at a stall or dump only: the beats never describe
     if state == "R" or (cpu_share is not None and cpu_share >= 0.2):
-        return "busy: running on a CPU%s" % _share(cpu_share)
+        return notes.busy(cpu_share)
     wchan = _read("/proc/self/task/%d/wchan" % tid)
     what = _blocked_in(syscall(tid), wchan)
     if state == "D":
         what = "in uninterruptible I/O (disk, network filesystem or device)" + (", " + what if what else "")
     elif not what:
         what = STATES.get(state, "state " + state)
-    detail = " [kernel: %s]" % wchan if wchan and wchan != "0" else ""
-    return "blocked: %s%s" % (what, detail)
-
-
-def _share(cpu_share):
-    return "" if cpu_share is None else " (%d%% of a core)" % round(cpu_share * 100)
+    return notes.blocked(what, wchan)
 
 
 def syscall(tid, pid="self"):

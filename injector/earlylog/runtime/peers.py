@@ -1,23 +1,7 @@
 """Which other process a blocked thread waits on, read from /proc at dump time, as extra dump lines:
 the child it waits for, the process at the other end of a full stdout or of stdin, the peer of a
-socket. The lines, parsed by the reader (read/process_causes.py):
-  child: pid N (COMMAND), state S (WORDS)[, WHAT IT IS BLOCKED IN]
-      e.g. `, blocked writing to fd 1 (stdout), pipe:[99], full (65536 of 65536 bytes), which only this
-      process reads`; `pid N: gone (it exited)` when it ended in between; for a child that has
-      exited, `; its stdout pipe is still held open by pid M (COMMAND)` when a process it left
-      behind keeps the output this thread reads from ending
-  pipe: fd 1 (stdout), pipe:[99][, full (Q of C bytes)]; OTHER END
-  stdin: fd 0, pipe:[77]; OTHER END[; unfinished output line: "Continue? [y/N] "]
-  reads: fd 5, pipe:[88]; OTHER END   (a read from a pipe, such as a child's stdout)
-      OTHER END: `other end held by pid N (COMMAND)[, pid M (COMMAND)]`, `... by this process`,
-      `no process found holding the other end`, `other end not known`; ` (search cut short)`
-      when the search through other processes stopped early
-  socket: fd N CALL, TCP LOCAL -> REMOTE, STATE, client|server; DETAIL
-      CALL: connecting, receiving, sending, waiting (in poll); STATE as /proc/net/tcp names it;
-      an asyncio task's client read (stacks.py) ends `; awaited in FUNC at FILE:LINE`
-  file lock: PATH (flock|fcntl|filelock|sqlite); HOLDERS
-      HOLDERS: `held by pid N (COMMAND)[, pid M (COMMAND)]`, `... by this process`, `no process
-      holds a lock on it`, `held by an open file description lock (no pid)`, `holders not known (WHY)`
+socket, as `child:`, `pipe:`, `stdin:`, `reads:`, `socket:` and `file lock:` lines, written through
+runtime/notes.py (their grammar, and the reader's parser of them).
 Also, for the stall line, the living children a waiting or sleeping main thread leaves to speak
 for themselves (waited_children). It runs in the watchdog thread at dump time only. It must never
 read from, write to or keep an inspected fd (it reads /proc links, fdinfo and queue sizes), never
@@ -30,7 +14,7 @@ import time
 from stat import S_ISREG
 
 from earlylog import enabled
-from earlylog.runtime import fds, kstate, redact, sinks, waits
+from earlylog.runtime import fds, kstate, notes, redact, sinks, waits
 
 SCAN_SECONDS = 0.2      # the longest one search for a pipe's other end may take
 SCAN_PROCS = 4000       # ... and the most processes it looks at
@@ -40,7 +24,6 @@ SOCKET_FRAMES = 3       # frames searched for the socket a thread polls
 MAX_TABLE_BYTES = 4 << 20  # /proc/net/tcp and /proc/locks are read this far at most (a busy host)
 MAX_COMMAND = 80
 MAX_FDS = 256           # open files looked at for a SQLite database a connection waits on
-_STREAMS = {0: "stdin", 1: "stdout", 2: "stderr"}
 _TCP_STATES = {"01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV", "04": "FIN_WAIT1", "05": "FIN_WAIT2",
                "06": "TIME_WAIT", "07": "CLOSE", "08": "CLOSE_WAIT", "09": "LAST_ACK", "0A": "LISTEN",
                "0B": "CLOSING"}
@@ -56,11 +39,11 @@ def lines(tid, ident, frame):
         # caught outside any system call, and still names its child through its frames.
         name, _number, args = kstate.syscall(tid) or (None, None, None)
         popen = _popen(frame)
-        out = ["  child: " + _child_line(pid, popen) for pid in _waited(name, args, popen)]
+        out = [notes.child_line(_child_line(pid, popen)) for pid in _waited(name, args, popen)]
         if name in ("read", "write", "connect"):
             out += _fd_lines(name, args[0], ident)
         elif name == "poll":
-            out += ["  socket: " + text for text in (socket_line(fd, "poll") for fd in _polled_sockets(frame)) if text]
+            out += [notes.socket_line(text) for text in (socket_line(fd, "poll") for fd in _polled_sockets(frame)) if text]
         return out + _file_lock(name, args, frame)
     except Exception:  # a process or frame that changed under us: the dump goes on without these lines
         return []
@@ -188,9 +171,7 @@ def _held_pipes(popen, pid):
             else []
         if pids:
             held.append((stream, ", ".join(_who(p) for p in pids[:2])))
-    if len(held) == 2 and held[0][1] == held[1][1]:
-        return "; its stdout and stderr pipes are still held open by " + held[0][1]
-    return "".join("; its %s pipe is still held open by %s" % one for one in held)
+    return notes.held_open(held)
 
 
 def child(pid):
@@ -202,35 +183,32 @@ def _described(pid, state, given=""):
     """child(pid) from its state letter (None: gone); given: its command as its parent gave it, for
     a child whose own command line is gone."""
     if state is None:
-        return "pid %d%s: gone (it exited)" % (pid, " (%s)" % given if given else "")
-    text = "pid %d (%s), state %s (%s)" % (pid, command(pid) or given or "?", state,
-                                          kstate.STATES.get(state, "unknown"))
+        return notes.child_gone(pid, given)
+    head = (pid, command(pid) or given or "?", state, kstate.STATES.get(state, "unknown"))
     if state == "Z":
-        return text + ", exited: it waits for this process to collect its status"
+        return notes.child(*head, rest=", exited: it waits for this process to collect its status")
     call = kstate.syscall(pid, pid)
     if call is None:
-        return text
+        return notes.child(*head)
     name, _number, args = call
     if name in ("read", "write"):
-        return text + ", " + _child_fd(pid, name, args[0])
+        return notes.child(*head, rest=_child_fd(pid, name, args[0]))
     wchan = _read("/proc/%d/wchan" % pid)
     what = kstate.words(name)
-    return text + (", " + what if what else "") + (" [kernel: %s]" % wchan if what and wchan not in ("", "0") else "")
+    return notes.child(*head, rest=(", " + what if what else "") + (
+        " [kernel: %s]" % wchan if what and wchan not in ("", "0") else ""))
 
 
 def _child_fd(pid, name, fd):
     """The child's blocked read or write, and whether this process holds the pipe's other end."""
     link = _link("/proc/%d/fd/%d" % (pid, fd))
-    text = "blocked %s %s, %s" % ("writing to" if name == "write" else "reading", _fd_name(fd), link or "a closed fd")
     mode = "read" if name == "write" else "write"
     mine = _own_fds(link, mode) if link.startswith("pipe:") else []
     if not mine:
-        return text
-    if name == "write":
-        text += _fill(kstate.pipe_fill(mine[0]))
+        return notes.child_fd(name, fd, link)
+    used_size = kstate.pipe_fill(mine[0]) if name == "write" else None
     pids, complete = holders(link, mode)
-    only = complete and pids == [os.getpid()]
-    return text + ", which %sthis process %s" % ("only " if only else "", "reads" if name == "write" else "writes")
+    return notes.child_fd(name, fd, link, used_size, complete and pids == [os.getpid()])
 
 
 # --- this thread's own fd ------------------------------------------------------------------------
@@ -242,15 +220,13 @@ def _fd_lines(name, fd, ident):
     kind, fill = kstate.fd_kind(fd)
     if kind == "a TCP socket":
         text = socket_line(fd, name)
-        return ["  socket: " + text] if text else []
+        return [notes.socket_line(text)] if text else []
     if name == "write":
-        return ["  pipe: %s, %s%s; %s" % (_fd_name(fd), link, _fill(fill), _other_end(fd, link, "read"))]
+        return [notes.pipe(fd, link, fill, _other_end(fd, link, "read"))]
     if name == "read" and fd == 0:
-        prompt = _unfinished(ident)
-        return ["  stdin: fd 0, %s; %s%s" % (link, _other_end(fd, link, "write"),
-                                             "; unfinished output line: " + _quote(prompt) if prompt else "")]
+        return [notes.stdin(link, _other_end(fd, link, "write"), _unfinished(ident))]
     if name == "read" and link.startswith("pipe:"):
-        return ["  reads: %s, %s; %s" % (_fd_name(fd), link, _other_end(fd, link, "write"))]
+        return [notes.reads(fd, link, _other_end(fd, link, "write"))]
     return []
 
 
@@ -259,32 +235,19 @@ def _unfinished(ident):
     return stdio.unfinished(ident)
 
 
-def _fd_name(fd):
-    return "fd %d%s" % (fd, " (%s)" % _STREAMS[fd] if fd in _STREAMS else "")
-
-
-def _fill(fill):
-    if not fill:
-        return ""
-    return ", %s (%d of %d bytes)" % ("full" if fill[0] >= fill[1] * 0.9 else "not full", fill[0], fill[1])
-
-
 def _other_end(fd, link, mode):
     """`other end held by pid 456 (node gui.js)`: a pipe's found in the fd tables of processes, a
     Unix socket's from its peer credentials (the process that made the socketpair, or the peer)."""
     if link.startswith("socket:"):
         pid = _peer_pid(fd)
-        return "other end held by %s" % _who(pid) if pid else "other end not known"
+        return notes.other_end([_who(pid)]) if pid else "other end not known"
     pids, complete = holders(link, mode)
-    cut = "" if complete else " (search cut short)"
-    if not pids:
-        return "no process found holding the other end" + cut
     pids = [p for p in pids if p != os.getpid()] + [p for p in pids if p == os.getpid()]
-    return "other end held by %s%s" % (", ".join(_who(p) for p in pids[:3]), cut)
+    return notes.other_end([_who(p) for p in pids[:3]], complete)
 
 
 def _who(pid):
-    return "this process" if pid == os.getpid() else "pid %d (%s)" % (pid, command(pid) or "?")
+    return "this process" if pid == os.getpid() else notes.who(pid, command(pid))
 
 
 def _peer_pid(fd):
@@ -362,11 +325,6 @@ def _command_text(args):
     return text if len(text) <= MAX_COMMAND else text[:MAX_COMMAND - 3] + "..."
 
 
-def _quote(text):
-    text = text if len(text) <= 120 else "..." + text[-117:]
-    return '"%s"' % text.replace("\\", "\\\\").replace('"', '\\"')
-
-
 # --- sockets -------------------------------------------------------------------------------------
 
 def _polled_sockets(frame):
@@ -407,10 +365,8 @@ def socket_line(fd, call):
     retries = int(fields[6], 16)
     # A connection whose local port something listens on is the server's end of it.
     role = "server" if state != "LISTEN" and fields[1].rpartition(":")[2] in listening else "client"
-    text = "fd %d %s, TCP %s -> %s, %s, %s" % (fd, _CALL_WORDS.get(call, call), local, remote, state, role)
-    if state == "SYN_SENT":
-        return text + "; SYN sent %d time%s" % (retries + 1, "" if retries == 0 else "s")
-    return text + "; %d bytes received unread, %d unsent" % (int(unread, 16), int(unsent, 16))
+    detail = notes.syn_sent(retries) if state == "SYN_SENT" else notes.queued(int(unread, 16), int(unsent, 16))
+    return notes.socket(fd, _CALL_WORDS.get(call, call), local, remote, state, role, detail)
 
 
 def _tcp(inode):
@@ -460,7 +416,7 @@ def _file_lock(name, args, frame):
         st = _stat(path) if path else None
     if st is None:
         return []
-    return ["  file lock: %s (%s); %s" % (path, how, _lock_holders(st))]
+    return [notes.file_lock(path, how, _lock_holders(st))]
 
 
 def _sleeps_in_c(frame):
@@ -490,7 +446,7 @@ def _sqlite_locks():
         others = [pid for pid in locks.get(key, ()) if pid != os.getpid()]
         if S_ISREG(st.st_mode) and others and key not in seen:
             seen.add(key)
-            out.append("  file lock: %s (sqlite); %s" % (_link("/proc/self/fd/%s" % name), _held_by(others)))
+            out.append(notes.file_lock(_link("/proc/self/fd/%s" % name), "sqlite", _held_by(others)))
     return out
 
 

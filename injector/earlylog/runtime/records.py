@@ -14,6 +14,36 @@ _PATTERNS = []
 
 
 
+# Exceptions that say "nothing yet" rather than "failed": a loop that catches them and sleeps polls
+# (a queue's get_nowait, a non-blocking socket), as an idle worker does. A timeout is a failure only
+# for a connect (the traceback kept its address): else it is a timed wait for work or a result.
+# runtime/retries.py counts the others at its beats; the reader tells a worker polling for work from
+# one retrying a failure by the name a `handling:` note or a `retrying:` line gives.
+POLLS = frozenset(("_queue.Empty", "queue.Empty", "asyncio.queues.QueueEmpty", "BlockingIOError", "InterruptedError",
+                   "StopIteration", "StopAsyncIteration", "GeneratorExit", "KeyboardInterrupt", "SystemExit"))
+TIMEOUTS = frozenset(("TimeoutError", "socket.timeout", "concurrent.futures._base.TimeoutError",
+                      "asyncio.exceptions.TimeoutError"))
+
+
+def polling(error, target):
+    """Is an exception of this name (`queue.Empty`) a poll's "nothing yet", not a failure?"""
+    return error in POLLS or error in TIMEOUTS and not target
+
+
+def safe_name(text):
+    """Text made safe for a file name and a record's host: letters, digits, '.', '_' and '-' only, 40 at most."""
+    kept = "".join(c if c.isalnum() or c in "._-" else "_" for c in text)
+    return kept[:40] or "python"
+
+
+def default_base():
+    """The per-user folder that holds one sub-folder per run when EARLYLOG_DIR is unset (sinks.py
+    makes the runs there; `earlylog report` reads the newest)."""
+    import os
+    tmp = os.environ.get("TMPDIR") or "/tmp"
+    return os.path.join(tmp, "earlylog-%d" % os.getuid())
+
+
 def place(function, filename, line):
     """`main at train.py:12`: where a call was made, as the runtime writes it and the reader reads it."""
     return "%s at %s:%d" % (function, filename.rpartition("/")[2], line)

@@ -15,13 +15,6 @@ QUIET = 60.0      # a thread seen handling nothing new for this long starts a ne
 MIN_FAILURES = 2  # failures caught at one place before a thread is called retrying
 MAX_THREADS = 256
 _ADDRESS_NAMES = ("sa", "address", "addr", "sockaddr")  # socket.create_connection, urllib3, asyncio
-# Exceptions that say "nothing yet" rather than "failed": a loop that catches them and sleeps polls
-# (a queue's get_nowait, a non-blocking socket), as an idle worker does. A timeout is a failure only
-# for a connect (the traceback kept its address): else it is a timed wait for work or a result.
-POLLS = frozenset(("_queue.Empty", "queue.Empty", "asyncio.queues.QueueEmpty", "BlockingIOError", "InterruptedError",
-                   "StopIteration", "StopAsyncIteration", "GeneratorExit", "KeyboardInterrupt", "SystemExit"))
-TIMEOUTS = frozenset(("TimeoutError", "socket.timeout", "concurrent.futures._base.TimeoutError",
-                      "asyncio.exceptions.TimeoutError"))
 # thread ident -> [(type, code, line) where caught, the exception it handled at the last beat (or None),
 #                  failures seen, first, last (monotonic), count at the last note, time of that note]
 seen = {}
@@ -95,11 +88,6 @@ def name(kind):
     return kind.__name__ if kind.__module__ == "builtins" else "%s.%s" % (kind.__module__, kind.__qualname__)
 
 
-def polling(error, target):
-    """Is an exception of this name (as name() writes it) a poll's "nothing yet", not a failure?"""
-    return error in POLLS or error in TIMEOUTS and not target
-
-
 def describe(exc):
     """`ConnectionRefusedError: [Errno 111] Connection refused, raised in connect at client.py:9,
     connecting to 127.0.0.1:1`: a built-in exception's own text (its __str__ is C), another's class
@@ -126,7 +114,7 @@ def _count(ident, exc, now):
     site = _site(exc)
     if entry is not None and entry[1] is exc:
         return
-    if polling(name(type(exc)), _target(exc) if name(type(exc)) in TIMEOUTS else None):
+    if records.polling(name(type(exc)), _target(exc) if name(type(exc)) in records.TIMEOUTS else None):
         seen.pop(ident, None)
         return
     if entry is None or entry[0] != site or now - entry[4] > QUIET:
@@ -181,8 +169,9 @@ def lines(ident, frame):
     exc = handling(ident, frame)
     if exc is None:
         return []
-    out = ["  handling: " + describe(exc)]
+    from earlylog.runtime import notes  # loaded with the dump (stacks.py): the beats only count
+    out = [notes.handling(describe(exc))]
     entry = seen.get(ident)
     if entry is not None and entry[0] == _site(exc) and entry[2] >= MIN_FAILURES:
-        out.append("  retries: %d failures seen in the last %.1f s" % (entry[2], entry[4] - entry[3]))
+        out.append(notes.retries(entry[2], entry[4] - entry[3]))
     return out

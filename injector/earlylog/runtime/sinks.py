@@ -74,15 +74,9 @@ def private_dir(path):
     return path
 
 
-def default_base():
-    """The per-user folder that holds one sub-folder per run when EARLYLOG_DIR is unset."""
-    tmp = os.environ.get("TMPDIR") or "/tmp"
-    return os.path.join(tmp, "earlylog-%d" % os.getuid())
-
-
 def new_run_dir(started):
     """Make a fresh per-user run folder `<time>-<pid>` under default_base(); returns its path."""
-    base = private_dir(default_base())
+    base = private_dir(records.default_base())
     return private_dir(os.path.join(
         base, time.strftime("%Y%m%d-%H%M%S", time.localtime(started)) + "-%d" % os.getpid()))
 
@@ -113,8 +107,8 @@ def _open_new(path):
 
 def file_name(started, ident):
     """`<time>-<host>-<pid>-<role>[-rank<N>].log`: what the process is, readable in `ls`."""
-    parts = [time.strftime("%Y%m%d-%H%M%S", time.localtime(started)), identity.safe_name(ident.host),
-             str(ident.pid), identity.safe_name(ident.role)]
+    parts = [time.strftime("%Y%m%d-%H%M%S", time.localtime(started)), records.safe_name(ident.host),
+             str(ident.pid), records.safe_name(ident.role)]
     if ident.rank is not None:
         parts.append("rank%d" % ident.rank)
     return "-".join(parts) + ".log"
@@ -149,7 +143,7 @@ def open_log(config, ident, started, explicit=None):
     folders = []
     if config.dir:
         folders.append(("EARLYLOG_DIR=%r" % config.dir, lambda: _user_dir(config.dir)))
-    folders.append(("the default log folder %r" % default_base(), lambda: _default_dir(started)))
+    folders.append(("the default log folder %r" % records.default_base(), lambda: _default_dir(started)))
     for label, make in folders:
         try:
             path = os.path.join(make(), name)

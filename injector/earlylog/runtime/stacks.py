@@ -1,6 +1,6 @@
 """The rich stack dump: every thread's name, ids, daemon flag, kernel state, phase and frames,
 plus each pending asyncio task's await chain (`task NAME: FILE:LINE in CORO > ... > awaiting WHAT`,
-WHAT being `a Future`, `task NAME`, `gather of N tasks`, SERVER_READ or the object's repr), the
+WHAT being `a Future`, `task NAME`, `gather of N tasks`, notes.SERVER_READ or the object's repr), the
 addresses the loop serves, and aio.py's lines (the task a blocked loop runs, tasks that died
 unheard); under a thread running gevent's or eventlet's hub, its waiting greenlets
 (greenlets.py); notebook cells by their In[N] names (cells.py). It only reads; it must never
@@ -8,10 +8,9 @@ block or raise."""
 import sys
 import time
 
-from earlylog.runtime import cells, greenlets, peers, records, retries, threads as our_threads, waits
+from earlylog.runtime import cells, greenlets, notes, peers, records, retries, threads as our_threads, waits
 
 MAX_FRAMES = 40
-SERVER_READ = "a request on a connection its server accepted"  # what an idle server's handler awaits
 SAMPLE = 0.2  # seconds between two CPU readings, to tell a busy thread from a blocked one
 
 
@@ -54,10 +53,10 @@ def lines(shares=None, skip_ident=None):
             flags.append("main")
         out.append("thread %s (tid %s, ident 0x%x, %s)" % (name, tid or "?", ident, ", ".join(flags)))
         state = _state(kstate, tid, shares)
-        for part in (lambda: ["  " + state] if state else [],
+        for part in (lambda: [notes.INDENT + state] if state else [],
                      lambda: _handles(state) if ident == main else [],
                      lambda: _terminal(tid, frame, ident == main) if tid else [],
-                     lambda: ["  phase: " + phases.describe(ident)] if phases.describe(ident) else [],
+                     lambda: [notes.phase(phases.describe(ident))] if phases.describe(ident) else [],
                      lambda: waits.notes(ident, frame, frames, threads),
                      lambda: peers.lines(tid, ident, frame) if tid else [],
                      lambda: retries.lines(ident, frame),
@@ -88,7 +87,7 @@ def _terminal(tid, frame, main):
     """`terminal: waiting for input at the terminal (input())` for a thread a person answers."""
     from earlylog.runtime import terminal
     line = terminal.note(tid, frame, main)
-    return ["  " + line] if line else []
+    return [line] if line else []
 
 
 def _handles(state):
@@ -97,7 +96,7 @@ def _handles(state):
     if not state or "waiting for a signal" not in state:
         return []
     found = waits.handlers()
-    return ["  handles: " + "; ".join("%s with %s" % pair for pair in found)] if found else []
+    return [notes.handles(found)] if found else []
 
 
 def frame_lines(frame):
@@ -127,16 +126,15 @@ def _asyncio_lines(frame):
     try:
         tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
     except RuntimeError:  # the task set changed while we read it; the next dump will have it
-        return ["  asyncio: the task list changed while being read"] + found
+        return [notes.ASYNCIO_CHANGED] + found
     serving = _serving(loop)
-    out = ["  asyncio: %d pending task%s on this thread's event loop%s" % (
-        len(tasks), "" if len(tasks) == 1 else "s", "; it serves " + " ".join(serving) if serving else "")]
+    out = [notes.asyncio(len(tasks), serving)]
     sockets = []
     for task in tasks[:50]:
-        out.append("    task %s: %s" % (task.get_name(), " > ".join(await_chain(task.get_coro(), _waiter(task)))))
+        out.append(notes.task(task.get_name(), await_chain(task.get_coro(), _waiter(task))))
         sockets += _client_read(task.get_coro())
     # Under the tasks: a thread note, as a blocking socket call's own (read/process_causes.py).
-    return out + found + ["  socket: " + text for text in sockets[:8]]
+    return out + found + [notes.socket_line(text) for text in sockets[:8]]
 
 
 def _client_read(coro):
@@ -166,7 +164,7 @@ def _client_read(coro):
     if not isinstance(sock, _socket.socket):
         return []
     text = peers.socket_line(_socket.socket.fileno(sock), "read")
-    return ["%s; awaited in %s" % (text, records.place(user.f_code.co_name, user.f_code.co_filename, user.f_lineno))] \
+    return [notes.awaited(text, records.place(user.f_code.co_name, user.f_code.co_filename, user.f_lineno))] \
         if text else []
 
 
@@ -252,12 +250,12 @@ def await_chain(coro, waiter=None):
             if type(coro).__name__ == "FutureIter":
                 # A bare Future shows as its iterator, which says nothing more: name it by what the
                 # task waits on, or by the stream read the frame before it is in.
-                what = waiter or (SERVER_READ if last is not None and _server_read(last) else "a Future")
+                what = waiter or (notes.SERVER_READ if last is not None and _server_read(last) else "a Future")
             else:
                 what = _short(coro)
             chain.append("awaiting " + what)
             break
-        chain.append("%s:%d in %s" % (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+        chain.append(notes.frame(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
         last = frame
         coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None) or getattr(coro, "ag_await", None)
     return chain

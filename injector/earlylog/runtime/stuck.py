@@ -383,4 +383,6 @@ def _waiting(frame, tid):
             return "joining a thread"
         return "waiting for %s %s%s" % (kind, name or "?", " (%s)" % call if kind == "queue" else "")
     words = kstate.describe(tid)
-    return words[len("blocked: "):].split(" [kernel")[0] if words.startswith("blocked: ") else words or "blocked"
+    from earlylog.runtime import notes  # loaded by describe() itself
+    state = notes.parse(words) if words else None
+    return state.what if state is not None and not state.busy else words or "blocked"

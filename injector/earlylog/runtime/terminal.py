@@ -22,7 +22,8 @@ _STDLIB = os.path.dirname(os.__file__)
 def note(tid, frame, main=False):
     """The `terminal:` line of a thread waiting for input at a terminal, or None."""
     what = _prompt(tid, frame, main)
-    return "terminal: %s (%s)" % (WORDS, what) if what else None
+    from earlylog.runtime import notes  # a dump's: waiting(), at a stall, needs none of it
+    return notes.terminal(WORDS, what) if what else None
 
 
 def waiting():

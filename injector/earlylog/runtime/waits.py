@@ -2,18 +2,8 @@
 the lock, queue, event, barrier, future or thread it waits on, named as the code names it
 (`cache_lock`, `self._lock`), and for a lock the thread holding it where that can be known (an
 RLock's owner; a thread whose frames sit inside a `with` block on it, or past an `acquire()` with
-no `release()` since). The lines, parsed by the reader (read/thread_causes.py):
-  waits for: KIND NAME (TYPE at 0xADDR[, DETAIL])   KIND: lock, semaphore, condition, event,
-      queue, barrier, future, import (NAME: the module another thread is importing); NAME `?`
-      when unknown; DETAIL for a queue `get`, `put` or `join, N unfinished, M queued`, for a
-      semaphore `N free`, for a barrier `N of M arrived`, for a future `not started`
-  held by: WHO[; with block at FILE:LINE in FUNC | ; acquire() at FILE:LINE in FUNC, not released since]
-      WHO: thread NAME (ident 0xID) | this thread itself | an unknown thread
-           | a thread no longer running (ident 0xID)
-  joins: thread NAME (ident 0xID)
-  set by: the SIGNAL handler FUNC at FILE:LINE   (an event one of the program's signal handlers sets)
-  handles: SIGNAL with FUNC at FILE:LINE[; ...]   (stacks.py: a main thread waiting for a signal)
-  in signal handler: SIGNAL, FUNC at FILE:LINE   (a lock wait inside a handler of the program's)
+no `release()` since), as `waits for:`, `held by:`, `joins:`, `set by:` and `in signal handler:`
+lines, written through runtime/notes.py (their grammar, and the reader's parser of them).
 It runs in the watchdog thread at dump time only. It must never run the program's code: objects
 are told apart by exact type and identity, and values read from frame, instance and class dicts,
 never through getattr, __repr__, __eq__, properties or __getattr__ (the one repr taken is the C
@@ -24,7 +14,7 @@ import _collections
 import _thread
 import sys
 
-from earlylog.runtime import records, threads as our_threads
+from earlylog.runtime import notes as grammar, records, threads as our_threads
 
 MAX_FRAMES = 40       # frames looked at per thread, as in the dump itself
 MAX_SOURCE = 2000000  # characters: a larger file is parsed a function at a time only
@@ -83,14 +73,13 @@ def notes(ident, frame, frames, threads):
         if kind == "join":
             return _join_lines(obj)
         name = name if name is None or len(name) <= 80 else name[:77] + "..."
-        out = ["  waits for: %s %s (%s%s)" % (kind, name or "?", _label(obj), ", " + call if kind == "queue" else "")]
-        if kind == "queue" and call == "join":
-            out[0] = out[0][:-1] + _unfinished(obj) + ")"
+        detail = call + (_unfinished(obj) if call == "join" else "") if kind == "queue" else None
+        out = [grammar.waits_for(kind, name, _label(obj), detail)]
         if kind in ("lock", "semaphore"):
             out += _holder_lines(ident, obj, frames, threads)
-            out += ["  in signal handler: %s, %s" % pair for pair in _interrupted_by(frame)]
+            out += [grammar.in_signal_handler(*pair) for pair in _interrupted_by(frame)]
         elif kind == "event":
-            out += ["  set by: the %s handler %s" % pair for pair in handlers(obj)]
+            out += [grammar.set_by(*pair) for pair in handlers(obj)]
         elif kind == "import":
             owner = _field(obj, "owner")
             if type(owner) is int and owner:
@@ -99,11 +88,11 @@ def notes(ident, frame, frames, threads):
                 # the gone thread's stack, and so its ident): that one holds the lock only while
                 # it imports the module.
                 if owner == ident:
-                    out.append("  held by: this thread itself")
+                    out.append(grammar.held_by(grammar.ITSELF))
                 elif _importing(frames.get(owner), _field(obj, "name")):
-                    out.append("  held by: thread %s (ident 0x%x)" % (_thread_name(threads.get(owner), owner), owner))
+                    out.append(grammar.held_by(grammar.thread(_thread_name(threads.get(owner), owner), owner)))
                 else:
-                    out.append("  held by: a thread no longer running (ident 0x%x)" % owner)
+                    out.append(grammar.held_by(grammar.gone_thread(owner)))
         return out
     except Exception:  # a frame or object we did not foresee: the dump goes on without these lines
         return []
@@ -281,7 +270,7 @@ def _join_lines(thread):
     ident = _field(thread, "_ident")
     if type(ident) is not int:
         return []
-    return ["  joins: thread %s (ident 0x%x)" % (_thread_name(thread, ident), ident)]
+    return [grammar.joins(_thread_name(thread, ident), ident)]
 
 
 # --- signal handlers -------------------------------------------------------------------------
@@ -376,7 +365,7 @@ def _holder_lines(ident, obj, frames, threads):
         targets.add(id(_field(obj, "_lock")))
     owner = _rlock_owner(_field(obj, "_lock") if _is_condition(obj) else obj)
     if owner == ident:  # an RLock never blocks its owner: the owner ended and its ident was reused
-        return ["  held by: a thread no longer running (ident 0x%x)" % owner]
+        return [grammar.held_by(grammar.gone_thread(owner))]
     found = []
     for tid, (held, released) in _holdings(frames).items():
         if owner is not None and tid != owner or targets & released:
@@ -385,17 +374,17 @@ def _holder_lines(ident, obj, frames, threads):
         if where is not None or tid == owner:
             found.append((tid, where))
     if owner is not None and not found:
-        return ["  held by: a thread no longer running (ident 0x%x)" % owner]
+        return [grammar.held_by(grammar.gone_thread(owner))]
     out = []
     for tid, where in found[:MAX_HOLDERS]:
         if tid != ident:
-            who = "thread %s (ident 0x%x)" % (_thread_name(threads.get(tid), tid), tid)
+            who = grammar.thread(_thread_name(threads.get(tid), tid), tid)
         elif type(obj) is _LOCK or type(_field(obj, "_lock")) is _LOCK:
-            who = "this thread itself"
+            who = grammar.ITSELF
         else:
             continue  # re-entrant: holding it does not block its own thread
-        out.append("  held by: " + who + (where[0] if where else ""))
-    return out or ["  held by: an unknown thread"]
+        out.append(grammar.held_by(who, where[0] if where else ""))
+    return out or [grammar.held_by(grammar.UNKNOWN_HOLDER)]
 
 
 def _holdings(frames):
@@ -440,10 +429,7 @@ def _held_in(frame):
 
 
 def _where_text(how, frame, line):
-    code = frame.f_code
-    if how == "with":
-        return "; with block at %s:%d in %s" % (code.co_filename, line, code.co_name)
-    return "; acquire() at %s:%d in %s, not released since" % (code.co_filename, line, code.co_name)
+    return grammar.held_where(how, frame.f_code.co_filename, line, frame.f_code.co_name)
 
 
 # --- source: the expressions at a line, and the blocks open around it ------------------------

@@ -1,0 +1,243 @@
+"""The grammar of a dump's notes (runtime/notes.py): what the runtime writes under a thread, the
+reader reads back as the same values. Each kind: its writer's line parsed gives back what was
+written, and a line as a real log has it parses to the values a cause reads. Pure: no processes,
+but the last test, which runs `earlylog report` the way a user does and lists what it loaded."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from earlylog.runtime import notes, records
+from support import ROOT, run_python
+
+
+def read_back(line):
+    """A written note as the reader keeps it: the line under its thread, stripped."""
+    assert line.startswith(notes.INDENT), line
+    return notes.parse(line.strip())
+
+
+def test_state():
+    assert read_back(notes.INDENT + notes.busy(0.98)) == notes.State(
+        True, "running on a CPU (98% of a core)", None, "busy: running on a CPU (98% of a core)")
+    assert notes.parse(notes.busy()).what == "running on a CPU"
+    line = notes.blocked("sleeping (time.sleep or a timed wait)", "hrtimer_nanosleep")
+    value = notes.parse(line)
+    assert (value.busy, value.what, value.kernel, value.text) == (
+        False, "sleeping (time.sleep or a timed wait)", "hrtimer_nanosleep", line)
+    assert value.doing == "sleeping"
+    assert notes.parse(notes.blocked("waiting to read from fd 0 (stdin), a pipe", "0")).kernel is None
+    real = notes.parse("blocked: waiting for a child process to exit [kernel: do_wait]")
+    assert real.doing == "waiting for a child process to exit" and real.kernel == "do_wait"
+
+
+def test_waits_for():
+    line = notes.waits_for("queue", "self.jobs", "queue.Queue at 0x7f3a", "join, 2 unfinished, 0 queued")
+    assert line == "  waits for: queue self.jobs (queue.Queue at 0x7f3a, join, 2 unfinished, 0 queued)"
+    value = read_back(line)
+    assert value == notes.WaitsFor("queue", "self.jobs", "queue.Queue", "0x7f3a", "join, 2 unfinished, 0 queued")
+    assert value.unfinished == 2
+    value = read_back(notes.waits_for("lock", None, "threading.Lock at 0x7f00"))
+    assert (value.kind, value.name, value.type, value.detail, value.unfinished) == (
+        "lock", "?", "threading.Lock", None, None)
+    real = notes.parse("waits for: semaphore pool.slots (threading.BoundedSemaphore at 0x7f12ab, 0 free)")
+    assert real == notes.WaitsFor("semaphore", "pool.slots", "threading.BoundedSemaphore", "0x7f12ab", "0 free")
+
+
+def test_held_by():
+    where = notes.held_where("with", "/app/w.py", 9, "fetch")
+    value = read_back(notes.held_by(notes.thread("Thread-2 (fetch)", 0x2b), where))
+    assert value == notes.HeldBy("Thread-2 (fetch)", "0x2b", False, None, "with block", "/app/w.py", 9, "fetch")
+    value = read_back(notes.held_by(notes.ITSELF, notes.held_where("acquire", "/app/a.py", 4, "take")))
+    assert (value.self, value.how, value.file, value.line) == (True, "acquire()", "/app/a.py", 4)
+    assert read_back(notes.held_by(notes.gone_thread(0x7f01))).gone == "0x7f01"
+    assert read_back(notes.held_by(notes.UNKNOWN_HOLDER)) == notes.HeldBy(*[None] * 2 + [False] + [None] * 5)
+    real = notes.parse("held by: thread keeper (ident 0x7f5c2a1fb6c0); acquire() at /srv/app/cache.py:41 in "
+                       "refresh, not released since")
+    assert (real.name, real.ident, real.how, real.line, real.func) == (
+        "keeper", "0x7f5c2a1fb6c0", "acquire()", 41, "refresh")
+
+
+def test_joins_set_by_handles_and_a_signal_handler():
+    assert read_back(notes.joins("ticker", 0x2)) == notes.Joins("ticker", "0x2")
+    assert notes.parse("joins: thread worker (ident zzz)") is None  # damaged: no value, no error
+    value = read_back(notes.set_by("SIGTERM", "stop at svc.py:12"))
+    assert value == notes.SetBy("SIGTERM", "stop at svc.py:12") and value.text == "the SIGTERM handler stop at svc.py:12"
+    pairs = [("SIGHUP", "reload at app.py:12"), ("SIGTERM", "stop at app.py:20")]
+    value = read_back(notes.handles(pairs))
+    assert value.handlers == pairs and value.text == "SIGHUP with reload at app.py:12; SIGTERM with stop at app.py:20"
+    value = read_back(notes.in_signal_handler("SIGALRM", "flush at m.py:6"))
+    assert value == notes.InSignalHandler("SIGALRM", "flush at m.py:6") and value.text == "SIGALRM, flush at m.py:6"
+
+
+def test_phase_terminal_cell():
+    assert read_back(notes.phase("begin import torch")) == notes.Phase("begin import torch")
+    assert read_back(notes.terminal("waiting for input at the terminal", "input()")) == notes.Terminal(
+        "waiting for input at the terminal (input())")
+    assert read_back(notes.cell(3, "/tmp/ipykernel_1/1234.py")) == notes.Cell("In[3]", "/tmp/ipykernel_1/1234.py")
+
+
+def test_handling_retries_and_polls():
+    words = "ConnectionRefusedError: [Errno 111] Connection refused, raised in connect at client.py:14, " \
+            "connecting to 127.0.0.1:1"
+    value = read_back(notes.handling(words))
+    assert value == notes.Handling("ConnectionRefusedError", "[Errno 111] Connection refused", "connect at client.py:14",
+                                   "127.0.0.1:1", words)
+    assert read_back(notes.handling("_queue.Empty")).error == "_queue.Empty"
+    assert records.polling("_queue.Empty", None) and records.polling("TimeoutError", None)
+    assert not records.polling("TimeoutError", "10.0.0.2:29500") and not records.polling("ConnectionRefusedError", None)
+    assert read_back(notes.retries(5, 12.34)) == notes.Retries(5, 12.3)
+    assert notes.parse("retries: 3 failures seen in the last 4.0 s") == notes.Retries(3, 4.0)
+
+
+def test_asyncio_and_task_chains():
+    assert read_back(notes.asyncio(1)) == notes.Asyncio(1, None)
+    assert read_back(notes.asyncio(3, ["127.0.0.1:8000", "[::1]:8000"])) == notes.Asyncio(3, "127.0.0.1:8000 [::1]:8000")
+    assert read_back(notes.ASYNCIO_CHANGED) == notes.Asyncio(None, None)
+    line = notes.task("Task-2", ["/app/main.py:10 in worker", "/app/main.py:20 in fetch", "awaiting " + notes.SERVER_READ])
+    assert line.startswith("    task Task-2: ")
+    value = read_back(line)
+    assert value == notes.Task("Task-2", [("/app/main.py", 20, "fetch"), ("/app/main.py", 10, "worker")],
+                               notes.SERVER_READ)
+    assert notes.parse("task Task-3: /app/q.py:11 in consumer").awaiting is None
+
+
+def test_child():
+    rest = notes.child_fd("write", 1, "pipe:[5]", (65536, 65536), True)
+    line = notes.child_line(notes.child(12, "python worker.py", "S", "sleeping", rest))
+    assert line == ("  child: pid 12 (python worker.py), state S (sleeping), blocked writing to fd 1 (stdout), "
+                    "pipe:[5], full (65536 of 65536 bytes), which only this process reads")
+    value = read_back(line)
+    assert (value.pid, value.command, value.state, value.words, value.rest) == (12, "python worker.py", "S", "sleeping",
+                                                                                rest)
+    assert value.writes == ("stdout", "full", 65536, 65536, True) and value.reads_stdin is None
+    value = read_back(notes.child_line(notes.child(13, "cat", "S", "sleeping", notes.child_fd("read", 0, "pipe:[7]", None, False))))
+    assert value.reads_stdin is False and value.writes is None
+    words = notes.child(14, "sh -c x", "S", "sleeping", notes.child_fd("read", 0, "pipe:[7]"))
+    assert read_back(notes.child_line(words)).reads_stdin is None
+    held = notes.held_open([("stdout", "pid 812 (sleep 3600)"), ("stderr", "pid 812 (sleep 3600)")])
+    value = read_back(notes.child_line(notes.child(15, "sh -c 'sleep 3600 &'", "Z", "zombie", ", exited: it waits" + held)))
+    assert value.held_open == [("stdout and stderr pipes are", "pid 812 (sleep 3600)")]
+    assert read_back(notes.child_line(notes.child_gone(21))) == notes.Child(21, None, None, None, "", None, None, [])
+    assert read_back(notes.child_line(notes.child_gone(22, "make all"))).command == "make all"
+    real = notes.parse("child: pid 4242 (python -c 'import time; time.sleep(99)'), state S (sleeping), "
+                       "waiting in a sleep [kernel: hrtimer_nanosleep]")
+    assert (real.pid, real.state, real.writes, real.held_open) == (4242, "S", None, [])
+
+
+def test_pipe_stdin_reads():
+    other = notes.other_end([notes.who(456, "node gui.js"), "this process"])
+    value = read_back(notes.pipe(1, "pipe:[99]", (60000, 65536), other))
+    assert value == notes.Pipe(1, "stdout", "pipe", "full", "60000 of 65536 bytes", other)
+    assert notes.holders(value.other) == [(456, "node gui.js")]
+    value = read_back(notes.pipe(2, "socket:[8]", None, notes.other_end([], complete=False)))
+    assert value == notes.Pipe(2, "stderr", "socket", None, None, "no process found holding the other end (search cut short)")
+    value = notes.parse("pipe: fd 7, pipe:[41], not full (4096 of 65536 bytes); other end held by pid 3 (python)")
+    assert (value.fd, value.stream, value.fullness, value.used) == (7, None, "not full", "4096 of 65536 bytes")
+    value = read_back(notes.stdin("pipe:[77]", notes.other_end([notes.who(1, None)]), 'Continue? [y/N] "now"'))
+    assert value == notes.Stdin("pipe", "other end held by pid 1 (?)", '"Continue? [y/N] \\"now\\""')
+    assert read_back(notes.stdin("socket:[9]", "other end not known")) == notes.Stdin("socket", "other end not known", None)
+    assert read_back(notes.reads(5, "pipe:[88]", other)) == notes.Reads(other)
+    assert notes.parse("reads: fd 0 (stdin), pipe:[88]; other end held by pid 9 (make)") == notes.Reads(
+        "other end held by pid 9 (make)")
+
+
+def test_socket():
+    text = notes.socket(8, "connecting", "127.0.0.1:51234", "127.0.0.1:29500", "SYN_SENT", "client", notes.syn_sent(3))
+    value = read_back(notes.socket_line(text))
+    assert value == notes.Socket("connecting", "127.0.0.1:51234", "127.0.0.1:29500", "SYN_SENT", "client",
+                                 "SYN sent 4 times")
+    assert value.unread is None
+    text = notes.awaited(notes.socket(7, "receiving", "[::1]:5", "[::1]:8000", "ESTABLISHED", "client",
+                                      notes.queued(0, 12)), "fetch at c.py:9")
+    value = read_back(notes.socket_line(text))
+    assert value.detail == "0 bytes received unread, 12 unsent; awaited in fetch at c.py:9" and value.unread == (0, 12)
+    real = notes.parse("socket: fd 7 receiving, TCP 127.0.0.1:8000 -> 127.0.0.1:51000, ESTABLISHED, server; "
+                       "0 bytes received unread, 0 unsent")
+    assert (real.role, real.remote, real.unread) == ("server", "127.0.0.1:51000", (0, 0))
+
+
+def test_file_lock():
+    value = read_back(notes.file_lock("/data/cache/.lock", "flock", "held by " + notes.who(77, "python train.py")))
+    assert value == notes.FileLock("/data/cache/.lock", "flock", "held by pid 77 (python train.py)")
+    assert notes.holders(value.who) == [(77, "python train.py")]
+    value = notes.parse("file lock: /srv/db (1).sqlite (sqlite); no process holds a lock on it")
+    assert (value.path, value.how, notes.holders(value.who)) == ("/srv/db (1).sqlite", "sqlite", [])
+
+
+@pytest.mark.parametrize("text", ["waits for: lock", "held by: someone", "child: pid x", "pipe: fd 1", "socket: fd",
+                                  "file lock: /x", "asyncio: n tasks", "retries: many", "no such kind: x", "frame:1 in f"])
+def test_damaged_or_unknown_notes_give_none_or_a_value_never_an_error(text):
+    value = notes.parse(text)
+    assert value is None or isinstance(value, notes.Note)
+
+
+def test_the_grammar_is_cheap_to_import_and_off_the_start_path(logdir):
+    # `re` is compiled on the reader's first parse, not at import: the runtime only writes.
+    code = "import sys; from earlylog.runtime import notes; print('re' in sys.modules)"
+    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "injector")))
+    assert (out.returncode, out.stdout.strip()) == (0, "False"), out.stderr
+    # A process with earlylog on loads it at its first dump: not on the start path, nor at the
+    # watchdog's beats (which load retries.py, whose notes are written at a dump).
+    res = run_python("import json, sys, time\nfirst = 'earlylog.runtime.notes' in sys.modules\ntime.sleep(2.5)\n"
+                     "print(json.dumps([first, 'earlylog.runtime.retries' in sys.modules, "
+                     "'earlylog.runtime.notes' in sys.modules]))", logdir=logdir, env={"EARLYLOG_STALL": "30"})
+    assert res.returncode == 0 and json.loads(res.out) == [False, True, False]
+
+
+def test_earlylog_report_loads_no_runtime_module_but_the_grammar_and_records(logdir):
+    res = run_python("print('hello')", logdir=logdir)
+    assert res.returncode == 0
+    code = ("import io, sys, contextlib\n"
+            "from earlylog.cli.main import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try:\n"
+            "        main(['report', %r])\n"
+            "    except SystemExit:\n"
+            "        pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith('earlylog.runtime')))" % str(logdir))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={k: v for k, v in os.environ.items() if not k.startswith("EARLYLOG")})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(['earlylog.runtime', 'earlylog.runtime.notes', 'earlylog.runtime.records'])
+
+
+def test_running_and_dead_tasks():
+    place = notes.frame("/app/sleep_loop.py", 11, "fetch_all")
+    value = read_back(notes.running_task("Task-2", "fetch_all", place, "time.sleep"))
+    assert value == notes.Running("task", "Task-2", "fetch_all", "/app/sleep_loop.py", 11, "fetch_all", "time.sleep")
+    value = read_back(notes.running_callback(notes.frame("/app/proto.py", 7, "data_received")))
+    assert value == notes.Running("callback", None, None, "/app/proto.py", 7, "data_received", None)
+    places = [notes.frame("/app/p.py", 3, "producer"), notes.frame("/app/p.py", 9, "load")]
+    value = read_back(notes.dead_task("Task-1", "producer", places, "ValueError('bad row')", ["Task-3", "Task-4"]))
+    assert value == notes.DeadTask("Task-1", "producer", [("/app/p.py", 3, "producer"), ("/app/p.py", 9, "load")],
+                                   "ValueError('bad row')", ["Task-3", "Task-4"])
+    assert read_back(notes.dead_task("Task-5", "f", [], "KeyError('x')")).waiters == []
+    real = notes.parse("dead task: Task-2 (producer): /srv/lost_producer.py:6 in producer; raised ValueError('bad row'); "
+                       "waited on by task Task-3")
+    assert (real.task, real.frames, real.waiters) == ("Task-2", [("/srv/lost_producer.py", 6, "producer")], ["Task-3"])
+
+
+def test_greenlets():
+    assert read_back(notes.greenlets(3, "gevent")) == notes.Greenlets(3, "gevent", None)
+    assert read_back(notes.greenlets(900, "eventlet", 200)) == notes.Greenlets(900, "eventlet", None)
+    assert read_back(notes.greenlets_unlisted("a heap of 9 blocks")) == notes.Greenlets(None, None, "a heap of 9 blocks")
+    where = notes.held_where("with", "/app/g.py", 9, "main")
+    line = notes.greenlet("worker", [notes.frame("/app/g.py", 2, "run"), notes.frame("/app/g.py", 5, "worker")],
+                          "waits on lock `self.lock` (gevent.lock.Semaphore)", notes.greenlet_holder("main", where))
+    assert read_back(line) == notes.Greenlet(
+        "worker", [("/app/g.py", 5, "worker"), ("/app/g.py", 2, "run")], "waits on lock `self.lock` (gevent.lock.Semaphore)",
+        "lock", "self.lock", "gevent.lock.Semaphore", "main", "with block at /app/g.py:9 in main", None)
+    sock = notes.socket(9, "receiving", "127.0.0.1:5000", "127.0.0.1:41000", "ESTABLISHED", "server", notes.queued(0, 0))
+    value = read_back(notes.greenlet("handle", [], "waits on socket recv `conn.recv(1024)`", notes.greenlet_socket(sock)))
+    assert (value.kind, value.expr, value.socket, value.frames) == ("socket recv", "conn.recv(1024)", sock, [])
+    assert notes.parse("socket: " + value.socket).role == "server"
+    assert read_back(notes.greenlet("main", [], notes.waits_in("joinall"))).kind is None
+    value = read_back(notes.greenlet("main", [], notes.waits_on("joinall", None, "gevent.joinall")))
+    assert (value.kind, value.expr, value.type) == ("joinall", None, "gevent.joinall")
+    value = read_back(notes.greenlet("w", [], notes.waits_on("queue get", "jobs.get()", "gevent.queue.Queue")))
+    assert (value.kind, value.expr, value.type) == ("queue get", "jobs.get()", "gevent.queue.Queue")
+    assert read_back(notes.greenlet("w", [], notes.waits_on("sleep", None, "gevent"))).kind == "sleep"
