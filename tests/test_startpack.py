@@ -111,7 +111,13 @@ def test_a_damaged_or_foreign_pack_changes_nothing_the_program_sees(installed, l
     assert on.returncode == 3 and "earlylog: " not in on.err and "failed" not in on.text()
     _damage(pack, how)
     facts = _probe(python, logdir)
-    assert facts["outcome"] == "bad" and _packed(facts) == []
+    assert facts["outcome"] == "bad"
+    # Each module's code is checked as it loads: those before a damaged one came from the pack,
+    # that one and the rest from their files; a damaged or foreign head: none from the pack.
+    packed = _packed(facts)
+    assert packed == sorted(startpack.MODULES[:len(packed)]) and len(packed) < len(startpack.MODULES)
+    if how in ("garbage", "foreign"):
+        assert packed == []
     assert _probe(python, logdir)["outcome"] == "used"  # rebuilt from the .pyc files of the bad start
 
 

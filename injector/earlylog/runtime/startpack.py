@@ -1,12 +1,12 @@
-"""The start pack: the start path's modules as one file of their code objects, read and checked
-in one go instead of found, stat-ed, read and checked one by one (how CPython freezes its own
-start-up modules; docs/design.md#the-start-pack). It owns the pack's format, where it lives,
+"""The start pack: the start path's modules as one file of their code objects, opened and
+checked once instead of each found, stat-ed, read and checked on its own (how CPython freezes its
+own start-up modules; docs/design.md#the-start-pack). It owns the pack's format, where it lives,
 starting earlylog through it, and writing it: at `earlylog install` by compiling the sources in
 the target interpreter (build), and at a start that found it missing, stale or bad from the .pyc
 files the import system has just written (at_start), to a temporary name renamed into place.
 Every entry point (.pth line, start file, sitecustomize) calls start(). A pack is trusted only
-past its checks: this interpreter's magic number and cache tag, a keyed hash of its bytes, and
-per module the source's mtime and size; any mismatch, corruption or error means the normal
+past its checks: this interpreter's magic number and cache tag, a keyed hash of its index, and
+per module the source's mtime and size and the hash of its code; any mismatch, corruption or error means the normal
 import for that module (or all), and a rebuild. At start-up it never raises, never compiles,
 and prints nothing of its own; it imports nothing of ours: it loads by normal import, ahead of
 the pack."""
@@ -25,8 +25,8 @@ PACKAGE = "earlylog.runtime."
 # (docs/design.md#the-watchdog-loads-in-its-thread).
 MODULES = ("state", "records", "identity", "sinks", "config", "redact", "phases", "hooks", "imports",
            "stdio", "threads", "fault", "boot")
-FORMAT = b"earlylog startpack 2\n"
-_HASHED = len(_external.MAGIC_NUMBER) + len(FORMAT) + 8  # magic, format, hash: then the hashed body
+FORMAT = b"earlylog startpack 3\n"
+_HASHED = len(_external.MAGIC_NUMBER) + len(FORMAT) + 8  # magic, format, hash: then the hashed index
 HERE = os.path.dirname(os.path.abspath(__file__))
 # What the last start() did (tests read it): "used", "stale", "missing", "bad" or "off"
 outcome = None
@@ -59,7 +59,7 @@ class PackedLoader(_external.SourceFileLoader):
     under a name of its own that says where the module came from."""
 
 
-def _load(entries):
+def _load(pack):
     """Run the pack's modules into sys.modules, in MODULES order (each after those it imports), as
     the import system would: the same module attributes, spec and parent attribute, without its
     finders, locks and file reads. A module whose source changed, or that fails, is left to the
@@ -67,7 +67,7 @@ def _load(entries):
     parent = sys.modules[PACKAGE[:-1]]
     folder, _, own = path()[:-len(".pack")].rpartition(os.sep)  # .../__pycache__, startpack.<tag>
     folder, tail = folder + os.sep, own[len("startpack"):] + ".pyc"
-    current = True
+    current, entries = True, pack.entries
     for short in MODULES:
         name = PACKAGE + short
         entry = entries.get(name)
@@ -82,6 +82,7 @@ def _load(entries):
         if st is None or st.st_mtime_ns != entry[0] or st.st_size != entry[1]:
             current = False
             continue
+        packed = pack.code(entry)  # a damaged module: ValueError, and the rest import as usual
         loader = PackedLoader(name, filename)
         spec = _bootstrap.ModuleSpec(name, loader, origin=filename)
         spec.has_location = True
@@ -90,7 +91,7 @@ def _load(entries):
         module.__package__, module.__spec__ = PACKAGE[:-1], spec
         sys.modules[name] = module
         try:
-            code = marshal.loads(entry[2])
+            code = marshal.loads(packed)
             _imp._fix_co_filename(code, filename)  # as for a .pyc: a moved folder keeps tracebacks right
             exec(code, module.__dict__)
         except Exception:
@@ -101,31 +102,52 @@ def _load(entries):
     return current
 
 
+class Pack:
+    """An open pack whose head checked out: its entries {full name: (source mtime_ns, source
+    size, offset, length, hash of the code)}. Each module's code is read and checked when it is
+    loaded, into memory the last one freed: one 175 KB read costs a process its page faults."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        head = os.pread(fd, 4096, 0)
+        if head[:_HASHED - 8] != _external.MAGIC_NUMBER + FORMAT:
+            raise ValueError("another interpreter's pack, or not a pack")
+        at = _HASHED + 4 + int.from_bytes(head[_HASHED:_HASHED + 4], "little")
+        if at > 1 << 20:
+            raise ValueError("damaged")  # an index is under 1 KB: never allocate what a bad length says
+        if at > len(head):
+            head += os.pread(fd, at - len(head), len(head))
+        index = head[_HASHED:at]
+        if len(index) != at - _HASHED or head[_HASHED - 8:_HASHED] != _imp.source_hash(key(), index):
+            raise ValueError("damaged")
+        tag, optimize, entries = marshal.loads(memoryview(index)[4:])
+        if tag != sys.implementation.cache_tag or optimize != sys.flags.optimize:
+            raise ValueError("another interpreter's pack")
+        self.entries = {}
+        for name, mtime, size, length, digest in entries:
+            self.entries[PACKAGE + name] = (mtime, size, at, length, digest)
+            at += length
+
+    def code(self, entry):
+        """The marshalled code of one entry; raises ValueError if it is not what was written."""
+        data = os.pread(self.fd, entry[3], entry[2])
+        if len(data) != entry[3] or _imp.source_hash(key(), data) != entry[4]:
+            raise ValueError("damaged")
+        return data
+
+
 def read(filename):
-    """The pack's entries {full name: (mtime_ns, size, marshalled code)} if it is this
-    interpreter's and intact; None if there is none; raises ValueError (or OSError, EOFError) if
-    it is bad. The code is a view into the file's bytes: no copy (its pages are read once)."""
+    """The open Pack at filename if it is this interpreter's and its head is intact; None if
+    there is none; raises ValueError (or OSError, EOFError) if it is bad. Close its fd."""
     try:
-        with open(filename, "rb") as f:
-            data = f.read()
+        fd = os.open(filename, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         return None
-    if data[:_HASHED - 8] != _external.MAGIC_NUMBER + FORMAT:
-        raise ValueError("another interpreter's pack, or not a pack")
-    body = memoryview(data)[_HASHED:]
-    if data[_HASHED - 8:_HASHED] != _imp.source_hash(key(), body):
-        raise ValueError("damaged")
-    at = 4 + int.from_bytes(body[:4], "little")
-    tag, optimize, index = marshal.loads(body[4:at])
-    if tag != sys.implementation.cache_tag or optimize != sys.flags.optimize:
-        raise ValueError("another interpreter's pack")
-    entries = {}
-    for name, mtime, size, length in index:
-        entries[PACKAGE + name] = (mtime, size, body[at:at + length])
-        at += length
-    if at != len(body):
-        raise ValueError("damaged")
-    return entries
+    try:
+        return Pack(fd)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def start(origin):
@@ -151,12 +173,17 @@ def _open():
     if sys.flags.optimize or sys.implementation.cache_tag is None:
         return "off"  # -O and -OO runs are rare: they import as usual, and build nothing
     try:
-        entries = read(path())
-        if entries is None:
-            return "missing"
-        return "used" if _load(entries) else "stale"
+        pack = read(path())
     except Exception:
         return "bad"
+    if pack is None:
+        return "missing"
+    try:
+        return "used" if _load(pack) else "stale"
+    except Exception:
+        return "bad"
+    finally:
+        os.close(pack.fd)
 
 
 def _say(sentence):
@@ -175,24 +202,40 @@ def at_start():
         if not os.access(os.path.dirname(target), os.W_OK):
             return False  # one syscall where the folder is read-only: such a start imports as usual
         try:
-            old = read(target) or {}
+            old = read(target)
         except Exception:
-            old = {}
-        entries = []
-        for name in MODULES:
-            st = os.stat(source(name))
-            entry = old.get(PACKAGE + name)
-            if entry is not None and entry[:2] == (st.st_mtime_ns, st.st_size):
-                code = entry[2]
-            else:
-                code = _from_pyc(name, st)
-            if code is None:
-                return False  # a module whose .pyc is not written yet: a later start builds it
-            entries.append((name, st.st_mtime_ns, st.st_size, code))
+            old = None
+        try:
+            entries = _current(old)
+        finally:
+            if old is not None:
+                os.close(old.fd)
+        if entries is None:
+            return False
         write(target, entries)
         return True
     except Exception:
         return False
+
+
+def _current(old):
+    """Per module: the old pack's entry if its source is unchanged, else the .pyc's code."""
+    entries = []
+    for name in MODULES:
+        st = os.stat(source(name))
+        entry = old.entries.get(PACKAGE + name) if old is not None else None
+        code = None
+        if entry is not None and entry[:2] == (st.st_mtime_ns, st.st_size):
+            try:
+                code = old.code(entry)
+            except ValueError:
+                pass
+        if code is None:
+            code = _from_pyc(name, st)
+        if code is None:
+            return None  # a module whose .pyc is not written yet: a later start builds it
+        entries.append((name, st.st_mtime_ns, st.st_size, code))
+    return entries
 
 
 def _from_pyc(name, st):
@@ -228,13 +271,13 @@ def build():
 
 
 def write(target, entries):
-    """The pack: magic number, format, hash, then the hashed body: the length of the index, the
-    index (cache tag, optimization level, per module its name, source mtime and size, and code
-    length), and the modules' marshalled code one after another."""
-    index = marshal.dumps((sys.implementation.cache_tag, sys.flags.optimize,
-                           tuple((name, mtime, size, len(code)) for name, mtime, size, code in entries)))
-    body = b"".join([len(index).to_bytes(4, "little"), index] + [code for _name, _mtime, _size, code in entries])
-    data = header(body) + body
+    """The pack: magic number, format, the hash of the index, then the index (its length; cache
+    tag, optimization level, and per module its name, source mtime and size, code length and
+    hash), then the modules' marshalled code one after another."""
+    index = marshal.dumps((sys.implementation.cache_tag, sys.flags.optimize, tuple(
+        (name, mtime, size, len(code), _imp.source_hash(key(), code)) for name, mtime, size, code in entries)))
+    index = len(index).to_bytes(4, "little") + index
+    data = b"".join([header(index), index] + [code for _name, _mtime, _size, code in entries])
     tmp = "%s.%d.tmp" % (target, os.getpid())
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
