@@ -23,11 +23,13 @@ RUNTIME = os.path.join(ROOT, "injector", "earlylog", "runtime")
 # What a started process says about its earlylog modules: where each came from, and that they
 # behave as modules: source, pickling, a lazy import after start-up.
 PROBE = r"""
-import inspect, json, pickle, sys
+import sys
+util = "importlib.util" in sys.modules  # before anything below imports it
+import inspect, json, pickle
 from earlylog.runtime import boot, config, startpack
 from earlylog.runtime import probes  # not on the start path: the normal import, after start-up
 loaders = {n[17:]: type(m.__loader__).__name__ for n, m in sys.modules.items() if n.startswith("earlylog.runtime.")}
-print(json.dumps({"outcome": startpack.outcome, "loaders": loaders, "pack": startpack.path(),
+print(json.dumps({"outcome": startpack.outcome, "util": util, "loaders": loaders, "pack": startpack.path(),
                   "source": "def start(origin" in inspect.getsource(boot),
                   "file": boot.start.__code__.co_filename == boot.__file__ == boot.__spec__.origin and
                           boot.__cached__ == boot.__spec__.cached and boot.__package__ == "earlylog.runtime",
@@ -69,6 +71,7 @@ def test_install_builds_the_pack_and_a_start_loads_the_start_path_from_it(instal
     assert facts["outcome"] == "used" and facts["pack"] == pack
     assert _packed(facts) == sorted(startpack.MODULES)
     assert facts["loaders"]["startpack"] == "SourceFileLoader"  # it loads normally, ahead of the pack
+    assert not facts["util"]  # the private copy loads by location without importlib.util's 16 modules
     log = "".join(open(os.path.join(logdir, n)).read() for n in os.listdir(logdir))
     assert " start: " in log and "failed" not in log
 
