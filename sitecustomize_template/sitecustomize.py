@@ -26,11 +26,11 @@ def _start_earlylog():
         import earlylog
         if not earlylog.enabled():
             return
-        from earlylog.runtime import boot
+        from earlylog.runtime import startpack
     except ImportError as exc:
         _say("EARLYLOG is set but no earlylog runtime sits beside %s (%s)" % (__file__, exc))
         return
-    boot.start("sitecustomize")
+    startpack.start("sitecustomize")
 
 
 def _chain_hidden_sitecustomize():

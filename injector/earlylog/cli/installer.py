@@ -149,12 +149,33 @@ def install(args):
     with open(os.path.join(site, HOOK_PTH), "w", encoding="utf-8") as f:
         f.write(pthline.render(runtime=os.path.join(site, version_dir), origin="earlylog install"))
     manifest = {"version": __version__, "files": [HOOK_PTH] + written + [os.path.join(HOOK_DIR, MANIFEST)],
-                "dirs": [HOOK_DIR, version_dir, os.path.join(version_dir, "earlylog")]}
+                "dirs": [HOOK_DIR, version_dir, os.path.join(version_dir, "earlylog"),
+                         os.path.join(version_dir, "earlylog", "runtime")]}
     with open(_manifest_path(site), "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=1)
+    problem = _build_startpack(exe, os.path.join(site, version_dir))
     print("earlylog %s installed into %s (%s); set EARLYLOG=1 to turn it on"
           % (__version__, site, exe) + (" (replaced %s)" % old["version"] if old else ""))
+    if problem:
+        print("note: no start pack was built (%s); start-up imports its modules one by one" % problem)
     return 0
+
+
+_BUILD_PACK = "import sys; sys.path.insert(0, sys.argv[1]); from earlylog.runtime import startpack; startpack.build()"
+
+
+def _build_startpack(exe, runtime):
+    """The start pack of the runtime copy, built by the interpreter that will read it (its magic
+    number and cache tag: docs/design.md#the-start-pack), in its runtime/__pycache__, which the
+    manifest's folders cover. Returns None, or what went wrong: a start builds it then."""
+    try:
+        proc = subprocess.run([exe, "-I", "-c", _BUILD_PACK, runtime], capture_output=True, text=True,
+                              timeout=60, env=_quiet_env())
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    if proc.returncode != 0:
+        return (proc.stderr.strip().splitlines() or ["exit status %d" % proc.returncode])[-1]
+    return None
 
 
 def uninstall(args):

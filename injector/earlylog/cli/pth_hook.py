@@ -10,11 +10,13 @@ try:
     # runtime copy: begin
     if "earlylog" not in sys.modules:
         # Load the private copy by location, so the user's sys.path stays as it was.
-        import importlib.util
-        spec = importlib.util.spec_from_file_location(
+        # The import system's own functions (what importlib.util hands out), already loaded:
+        # importing importlib.util would load four more modules at every start.
+        import _frozen_importlib, _frozen_importlib_external
+        spec = _frozen_importlib_external.spec_from_file_location(
             "earlylog", RUNTIME + "/earlylog/__init__.py",
             submodule_search_locations=[RUNTIME + "/earlylog"])
-        module = importlib.util.module_from_spec(spec)
+        module = _frozen_importlib.module_from_spec(spec)
         sys.modules["earlylog"] = module
         try:
             spec.loader.exec_module(module)
@@ -22,7 +24,7 @@ try:
             del sys.modules["earlylog"]
             raise
     # runtime copy: end
-    from earlylog.runtime import boot
+    from earlylog.runtime import startpack
 except ImportError:
     # A stale .pth left after an uninstall must never break Python: one line, then go on.
     sys.stderr.write("earlylog: EARLYLOG is set but the earlylog package cannot be imported;"
@@ -31,4 +33,4 @@ except BaseException as exc:
     # Never let an exception reach the application.
     sys.stderr.write("earlylog: could not load (%r); the program runs without it\n" % (exc,))
 else:
-    boot.start(ORIGIN)
+    startpack.start(ORIGIN)

@@ -1,0 +1,292 @@
+"""The start pack: the start path's modules as one file of their code objects, opened and
+checked once instead of each found, stat-ed, read and checked on its own (how CPython freezes its
+own start-up modules; docs/design.md#the-start-pack). It owns the pack's format, where it lives,
+starting earlylog through it, and writing it: at `earlylog install` by compiling the sources in
+the target interpreter (build), and at a start that found it missing, stale or bad from the .pyc
+files the import system has just written (at_start), to a temporary name renamed into place.
+Every entry point (.pth line, start file, sitecustomize) calls start(). A pack is trusted only
+past its checks: this interpreter's magic number and cache tag, a keyed hash of its index, and
+per module the source's mtime and size and the hash of its code; any mismatch, corruption or error means the normal
+import for that module (or all), and a rebuild. At start-up it never raises, never compiles,
+and prints nothing of its own; it imports nothing of ours: it loads by normal import, ahead of
+the pack."""
+import _imp
+import marshal
+import os
+import sys
+
+import _frozen_importlib as _bootstrap  # the import system's own, loaded in every process
+import _frozen_importlib_external as _external
+
+PACKAGE = "earlylog.runtime."
+# The runtime modules every start loads before the program's first line, each after the ones it
+# imports at its top (tests/test_startpack.py checks both against the source and a real process).
+# The watchdog's module loads in its own thread, after start-up
+# (docs/design.md#the-watchdog-loads-in-its-thread).
+MODULES = ("state", "records", "identity", "sinks", "config", "redact", "phases", "hooks", "imports",
+           "stdio", "threads", "fault", "boot")
+FORMAT = b"earlylog startpack 3\n"
+_HASHED = len(_external.MAGIC_NUMBER) + len(FORMAT) + 8  # magic, format, hash: then the hashed index
+HERE = os.path.dirname(os.path.abspath(__file__))
+# What the last start() did (tests read it): "used", "stale", "missing", "bad" or "off"
+outcome = None
+
+
+def path():
+    """This interpreter's pack: beside the runtime's own .pyc files, named like them (cache tag,
+    optimization level; under sys.pycache_prefix if set), so that each Python and each -O level
+    has its own. Raises NotImplementedError where this Python writes no .pyc files at all."""
+    return _external.cache_from_source(os.path.join(HERE, "startpack.py"))[:-4] + ".pack"
+
+
+def key():
+    """What a pack's bytes are hashed with: the import system's own keyed hash (hash-based .pyc
+    files use it), keyed by this interpreter's magic number."""
+    return _external._RAW_MAGIC_NUMBER
+
+
+def header(body):
+    return _external.MAGIC_NUMBER + FORMAT + _imp.source_hash(key(), body)
+
+
+def source(name):
+    return os.path.join(HERE, name + ".py")
+
+
+class PackedLoader(_external.SourceFileLoader):
+    """The loader of a module that came from the pack: the import system's own source loader
+    (so get_source, get_code, inspect, linecache and runpy read the real file, as for any module),
+    under a name of its own that says where the module came from."""
+
+
+def _load(pack):
+    """Run the pack's modules into sys.modules, in MODULES order (each after those it imports), as
+    the import system would: the same module attributes, spec and parent attribute, without its
+    finders, locks and file reads. A module whose source changed, or that fails, is left to the
+    normal import (a module that imports it gets it that way). True if all were current."""
+    parent = sys.modules[PACKAGE[:-1]]
+    folder, _, own = path()[:-len(".pack")].rpartition(os.sep)  # .../__pycache__, startpack.<tag>
+    folder, tail = folder + os.sep, own[len("startpack"):] + ".pyc"
+    current, entries = True, pack.entries
+    for short in MODULES:
+        name = PACKAGE + short
+        entry = entries.get(name)
+        if entry is None or name in sys.modules:
+            current = current and entry is not None
+            continue
+        filename = source(short)
+        try:
+            st = os.stat(filename)
+        except OSError:
+            st = None
+        if st is None or st.st_mtime_ns != entry[0] or st.st_size != entry[1]:
+            current = False
+            continue
+        packed = pack.code(entry)  # a damaged module: ValueError, and the rest import as usual
+        loader = PackedLoader(name, filename)
+        spec = _bootstrap.ModuleSpec(name, loader, origin=filename)
+        spec.has_location = True
+        module = type(sys)(name)
+        module.__file__, module.__cached__, module.__loader__ = filename, folder + short + tail, loader
+        module.__package__, module.__spec__ = PACKAGE[:-1], spec
+        sys.modules[name] = module
+        try:
+            code = marshal.loads(packed)
+            _imp._fix_co_filename(code, filename)  # as for a .pyc: a moved folder keeps tracebacks right
+            exec(code, module.__dict__)
+        except Exception:
+            if sys.modules.get(name) is module:
+                del sys.modules[name]
+            return False  # the rest import as usual
+        setattr(parent, short, module)
+    return current
+
+
+class Pack:
+    """An open pack whose head checked out: its entries {full name: (source mtime_ns, source
+    size, offset, length, hash of the code)}. Each module's code is read and checked when it is
+    loaded, into memory the last one freed: one 175 KB read costs a process its page faults."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        head = os.pread(fd, 4096, 0)
+        if head[:_HASHED - 8] != _external.MAGIC_NUMBER + FORMAT:
+            raise ValueError("another interpreter's pack, or not a pack")
+        at = _HASHED + 4 + int.from_bytes(head[_HASHED:_HASHED + 4], "little")
+        if at > 1 << 20:
+            raise ValueError("damaged")  # an index is under 1 KB: never allocate what a bad length says
+        if at > len(head):
+            head += os.pread(fd, at - len(head), len(head))
+        index = head[_HASHED:at]
+        if len(index) != at - _HASHED or head[_HASHED - 8:_HASHED] != _imp.source_hash(key(), index):
+            raise ValueError("damaged")
+        tag, optimize, entries = marshal.loads(memoryview(index)[4:])
+        if tag != sys.implementation.cache_tag or optimize != sys.flags.optimize:
+            raise ValueError("another interpreter's pack")
+        self.entries = {}
+        for name, mtime, size, length, digest in entries:
+            self.entries[PACKAGE + name] = (mtime, size, at, length, digest)
+            at += length
+
+    def code(self, entry):
+        """The marshalled code of one entry; raises ValueError if it is not what was written."""
+        data = os.pread(self.fd, entry[3], entry[2])
+        if len(data) != entry[3] or _imp.source_hash(key(), data) != entry[4]:
+            raise ValueError("damaged")
+        return data
+
+
+def read(filename):
+    """The open Pack at filename if it is this interpreter's and its head is intact; None if
+    there is none; raises ValueError (or OSError, EOFError) if it is bad. Close its fd."""
+    try:
+        fd = os.open(filename, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    try:
+        return Pack(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def start(origin):
+    """Start earlylog (boot.start) with the pack's modules, then rebuild the pack if it was
+    missing, stale or bad. Never raises: any problem leaves the normal imports."""
+    global outcome
+    try:
+        started = sys.modules.get(PACKAGE + "state")
+        if started is not None and started.pid == os.getpid():
+            return  # a venv runs .pth lines twice; .pth and sitecustomize may both fire
+        outcome = _open()
+        from earlylog.runtime import boot
+        boot.start(origin)
+        if outcome not in ("used", "off") and not sys.dont_write_bytecode and \
+                all(PACKAGE + name in sys.modules for name in MODULES):
+            at_start()
+    except BaseException as exc:  # never let an exception reach the application
+        _say("could not load (%r); the program runs without it" % (exc,))
+
+
+def _open():
+    """Load what the pack holds; says how it went: used, stale, missing, bad or off."""
+    if sys.flags.optimize or sys.implementation.cache_tag is None:
+        return "off"  # -O and -OO runs are rare: they import as usual, and build nothing
+    try:
+        pack = read(path())
+    except Exception:
+        return "bad"
+    if pack is None:
+        return "missing"
+    try:
+        return "used" if _load(pack) else "stale"
+    except Exception:
+        return "bad"
+    finally:
+        os.close(pack.fd)
+
+
+def _say(sentence):
+    try:
+        sys.stderr.write("earlylog: %s\n" % sentence)
+    except Exception:
+        pass
+
+
+# Writing the pack: only at a start that found it missing, stale or bad, and at `earlylog install`.
+
+def at_start():
+    """Rebuild the pack from what is on disk now; True if it was written."""
+    try:
+        target = path()
+        if not os.access(os.path.dirname(target), os.W_OK):
+            return False  # one syscall where the folder is read-only: such a start imports as usual
+        try:
+            old = read(target)
+        except Exception:
+            old = None
+        try:
+            entries = _current(old)
+        finally:
+            if old is not None:
+                os.close(old.fd)
+        if entries is None:
+            return False
+        write(target, entries)
+        return True
+    except Exception:
+        return False
+
+
+def _current(old):
+    """Per module: the old pack's entry if its source is unchanged, else the .pyc's code."""
+    entries = []
+    for name in MODULES:
+        st = os.stat(source(name))
+        entry = old.entries.get(PACKAGE + name) if old is not None else None
+        code = None
+        if entry is not None and entry[:2] == (st.st_mtime_ns, st.st_size):
+            try:
+                code = old.code(entry)
+            except ValueError:
+                pass
+        if code is None:
+            code = _from_pyc(name, st)
+        if code is None:
+            return None  # a module whose .pyc is not written yet: a later start builds it
+        entries.append((name, st.st_mtime_ns, st.st_size, code))
+    return entries
+
+
+def _from_pyc(name, st):
+    """The marshalled code in the module's .pyc if it is this interpreter's and the import system
+    would take it for this source (timestamp-checked: its mtime and size), else None."""
+    try:
+        with open(_external.cache_from_source(source(name)), "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    if data[:4] != _external.MAGIC_NUMBER or data[4:8] != b"\0\0\0\0" or \
+            data[8:12] != (int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little") or \
+            data[12:16] != (st.st_size & 0xFFFFFFFF).to_bytes(4, "little"):
+        return None
+    return data[16:]
+
+
+def build():
+    """Compile the start path's sources in this interpreter and write its pack (`earlylog install`
+    runs this in the interpreter it installs into); returns the pack's path. Raises OSError."""
+    target = path()
+    entries = []
+    for name in MODULES:
+        filename = source(name)
+        with open(filename, "rb") as f:
+            st = os.fstat(f.fileno())
+            text = f.read()
+        code = compile(text, filename, "exec", dont_inherit=True)
+        entries.append((name, st.st_mtime_ns, st.st_size, marshal.dumps(code)))
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    write(target, entries)
+    return target
+
+
+def write(target, entries):
+    """The pack: magic number, format, the hash of the index, then the index (its length; cache
+    tag, optimization level, and per module its name, source mtime and size, code length and
+    hash), then the modules' marshalled code one after another."""
+    index = marshal.dumps((sys.implementation.cache_tag, sys.flags.optimize, tuple(
+        (name, mtime, size, len(code), _imp.source_hash(key(), code)) for name, mtime, size, code in entries)))
+    index = len(index).to_bytes(4, "little") + index
+    data = b"".join([header(index), index] + [code for _name, _mtime, _size, code in entries])
+    tmp = "%s.%d.tmp" % (target, os.getpid())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with open(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
