@@ -246,12 +246,7 @@ def _judge(ident, tid, frame):
     on other children, the second item is (their pids, their CPU time): while it rises, they work."""
     from earlylog.runtime import aio, kstate, peers
     call = kstate.syscall(tid)
-    stack = []
-    f = frame
-    while f is not None and len(stack) < MAX_FRAMES:
-        stack.append((f.f_code.co_filename, f.f_code.co_name, f.f_lineno))
-        f = f.f_back
-    users = [i for i, (path, _func, _line) in enumerate(stack) if not _library(path)]
+    stack, users = _stack(frame)
     if call is not None and call[0] in PARTNER + ("sleep",) and users and aio.in_step(frame):
         # Still inside one task's step (or callback) of an event loop: no other task of that loop
         # runs, a sleep included (a coroutine's time.sleep is no poll loop). read/async_causes.py
@@ -273,6 +268,15 @@ def _judge(ident, tid, frame):
     user = stack[users[0]] if users else stack[0]
     return "%s at %s:%d in %s" % (_waiting(frame, tid), os.path.basename(user[0]), user[2], user[1]), \
         [children, _cpu(children), False] if children else None
+
+
+def _stack(frame):
+    """([(file, function, line)] innermost first, the indexes of the program's own frames)."""
+    stack = []
+    while frame is not None and len(stack) < MAX_FRAMES:
+        stack.append((frame.f_code.co_filename, frame.f_code.co_name, frame.f_lineno))
+        frame = frame.f_back
+    return stack, [i for i, (path, _func, _line) in enumerate(stack) if not _library(path)]
 
 
 def _children():
@@ -331,12 +335,7 @@ def waiting_for_work():
     for ident, frame in sys._current_frames().items():
         if ident == get_ident() or our_threads.name_of(ident) is not None:
             continue
-        stack = []
-        f = frame
-        while f is not None and len(stack) < MAX_FRAMES:
-            stack.append((f.f_code.co_filename, f.f_code.co_name, f.f_lineno))
-            f = f.f_back
-        users = [i for i, (path, _func, _line) in enumerate(stack) if not _library(path)]
+        stack, users = _stack(frame)
         main = ident == main_ident
         serving = serving or any(func in ("serve_forever", "wait_for_termination") for _p, func, _l in stack)
         if not users and not main:
