@@ -60,7 +60,7 @@ def reason(threads):
     if any(_busy(t) and not _library_loop(t) for t in threads):
         return None
     mains = [t for t in threads if t.main]
-    deciders = [t for t in threads if (t.main and not _exiting(t)) or any(not library(f[0]) for f in t.frames)]
+    deciders = [t for t in threads if (t.main and not _exiting(t)) or any(not library(f.file) for f in t.frames)]
     if not deciders and not mains:
         deciders = threads
     found = [_thread(t) for t in deciders]
@@ -94,13 +94,13 @@ def _main_parked(t, threads):
     (signal.pause(), sigwait: Ctrl-C), on a threading.Event at its top level (set to stop), or in a
     join of the server's own thread. Beside a server these are how a program keeps serving; a join
     of any other thread, or a wait deeper in the user's code, is a wait for something."""
-    users = [i for i, f in enumerate(t.frames) if not library(f[0])]
+    users = [i for i, f in enumerate(t.frames) if not library(f.file)]
     if not users or users[0] != len(t.frames) - 1 - _module_depth(t.frames):
         return None  # not in the script's own top-level code
     inner = t.frames[:users[0]]
     if not inner and "waiting for a signal" in _kernel(t):
         return "for a signal (Ctrl-C)"
-    if inner and all(is_file(f[0], "threading.py") for f in inner) and inner[-1][2] == "wait":
+    if inner and all(is_file(f.file, "threading.py") for f in inner) and inner[-1].function == "wait":
         return "on an event (to stop)"
     join = joined(t.notes)
     target = next((o for o in threads if join and o.ident == join["ident"]), None)
@@ -139,7 +139,7 @@ def at_terminal(texts):
 
 def _exiting(t):
     """The main thread at interpreter exit, waiting for the program's other threads: they decide."""
-    return bool(t.frames) and t.frames[0][2] == "_shutdown" and is_file(t.frames[0][0], "threading.py")
+    return bool(t.frames) and t.frames[0].function == "_shutdown" and is_file(t.frames[0].file, "threading.py")
 
 
 def _thread(t):
@@ -151,12 +151,12 @@ def _thread(t):
         return None
     if greenlets.in_hub(frames):  # gevent's hub: its greenlets wait, or do not, for work
         return greenlets.idle(t)
-    users = [i for i, f in enumerate(frames) if not library(f[0])]
+    users = [i for i, f in enumerate(frames) if not library(f.file)]
     inner = frames[:users[0] + 1] if users else frames  # the calls the innermost user frame is in
     for check in (_work, _queue):
         for i, frame in enumerate(inner):
             words = check(frame, frames, t)
-            if words and all(_plumbing(f[0]) for f in inner[:i]):
+            if words and all(_plumbing(f.file) for f in inner[:i]):
                 return words
     kernel = _kernel(t)
     path, _line, func = frames[0]
@@ -166,7 +166,7 @@ def _thread(t):
         return "working in %s between rounds (a library's own run loop)" % func
     if "select/poll" in kernel and in_event_loop(frames):
         words = _loop_tasks(t)
-        if words == _LOOP_WORK and any(f[2] == "start" and is_file(f[0], "ipykernel/kernelapp.py") for f in frames):
+        if words == _LOOP_WORK and any(f.function == "start" and is_file(f.file, "ipykernel/kernelapp.py") for f in frames):
             return "waiting for its next cell (a Jupyter kernel)"
         return words
     return _told_to_stop(t, kernel)
@@ -203,20 +203,20 @@ def _busy(t):
 def _library_loop(t):
     """A library's own run loop (no frame of the user's), itself the innermost frame: between two
     rounds it sleeps or does its own work, such as Ray's log monitor reading log files."""
-    return bool(t.frames) and _RUN_LOOP.search(t.frames[0][2]) is not None and all(library(f[0]) for f in t.frames)
+    return bool(t.frames) and _RUN_LOOP.search(t.frames[0].function) is not None and all(library(f.file) for f in t.frames)
 
 
 def _in_task(frames):
     """Is some frame of the user's called by a library frame that runs it as a task?"""
     for i, frame in enumerate(frames[:-1]):
         caller = frames[i + 1]
-        if not library(frame[0]) and library(caller[0]) and not _entry(caller):
+        if not library(frame.file) and library(caller.file) and not _entry(caller):
             return True
     return False
 
 
 def _entry(frame):
-    return any(is_file(frame[0], suffix) and (funcs is None or frame[2] in funcs) for suffix, funcs in _ENTRY)
+    return any(is_file(frame.file, suffix) and (funcs is None or frame.function in funcs) for suffix, funcs in _ENTRY)
 
 
 def _work(frame, _frames, _t):
@@ -231,7 +231,7 @@ def _queue(frame, frames, t):
     on a queue waits for a result, which may never come."""
     path, _line, func = frame
     if func == "get" and any(is_file(path, q) for q in _QUEUES) and (
-            not t.main or any(is_file(f[0], "multiprocessing/process.py") for f in frames)):
+            not t.main or any(is_file(f.file, "multiprocessing/process.py") for f in frames)):
         return "waiting for work in queue.get"
     return None
 
@@ -247,7 +247,7 @@ def _loop_tasks(t):
     loop = notes.first(t.notes, notes.Asyncio)
     chains = task_chains(t.notes)
     if loop is None or loop.count is None:
-        return None if any(not library(f[0]) for f in t.frames) else _LOOP_WORK
+        return None if any(not library(f.file) for f in t.frames) else _LOOP_WORK
     if loop.count > len(chains):
         return None  # not every task was written: nothing can be said of the rest
     serves = loop.serves
@@ -268,7 +268,7 @@ def _parked(frames, awaiting):
     """Does the task's own coroutine await, itself, a bare Future or an asyncio Event (`await
     asyncio.Future()`, `await stop.wait()`)? Beside a server that is the idiom for "serve until
     stopped". A Future awaited deeper, inside a helper or a library (a reply, a read), is not."""
-    return awaiting == "a Future" and bool(frames) and not library(frames[-1][0]) and all(
-        f[2] == "wait" and is_file(f[0], "asyncio/locks.py") for f in frames[:-1])
+    return awaiting == "a Future" and bool(frames) and not library(frames[-1].file) and all(
+        f.function == "wait" and is_file(f.file, "asyncio/locks.py") for f in frames[:-1])
 
 

@@ -8,6 +8,7 @@ from collections import deque, namedtuple
 from earlylog import __version__
 from earlylog.read import files as folder_files
 from earlylog.read.frames import cells
+from earlylog.read.model import Frame
 from earlylog.runtime import records
 
 # `path:line in function: source` (earlylog's dumps) or `File "path", line N[,] in function`
@@ -200,7 +201,7 @@ class Thread:
         return None if "daemon" not in self.header else "not daemon" not in self.header
 
     def _module_code(self):
-        return bool(self.frames) and self.frames[-1][2] == "<module>"
+        return bool(self.frames) and self.frames[-1].function == "<module>"
 
 
 class Folder:
@@ -628,7 +629,7 @@ def _without_own_frames(p, threads):
     """earlylog's frames never stand as the program's: drop them, and threads made only of them."""
     kept = []
     for t in threads:
-        at = [i for i, f in enumerate(t.frames) if not own(p, f[0])]
+        at = [i for i, f in enumerate(t.frames) if not own(p, f.file)]
         if at or not t.frames:
             t.code = {new: t.code[old] for new, old in enumerate(at) if old in t.code}
             t.frames = [t.frames[i] for i in at]
@@ -646,11 +647,11 @@ def parse_threads(lines):
                 cur = Thread("thread")
                 threads.append(cur)
             if m.group(1) is not None:
-                cur.frames.append((m.group(1), int(m.group(2)), m.group(3) or "<source>"))
+                cur.frames.append(Frame(m.group(1), int(m.group(2)), m.group(3) or "<source>"))
             else:
                 if m.group(7):
                     cur.code[len(cur.frames)] = m.group(7)
-                cur.frames.append((m.group(4), int(m.group(5)), m.group(6)))
+                cur.frames.append(Frame(m.group(4), int(m.group(5)), m.group(6)))
             continue
         text = line.strip()
         if not text:

@@ -231,7 +231,7 @@ def _cut_short(p):
     if at is None or p.exit_status != 0 or p.stall["time"] is None or (p.before_exit or 0) > p.stall["time"]:
         return False
     frames = _stuck_thread(p.stall).frames if p.stall["threads"] else []
-    user = next((i for i, f in enumerate(frames) if not library(f[0])), None)
+    user = next((i for i, f in enumerate(frames) if not library(f.file)), None)
     return user is not None and any(
         func == at.group(1) and os.path.basename(path) == at.group(2) and library(path)
         for path, _line, func in frames[user + 1:])
@@ -347,7 +347,7 @@ def _awaited(main):
     if not in_event_loop(main.frames):
         return None
     leaves = [(user_frame(frames), what) for _name, frames, what in task_chains(main.notes)
-              if frames and not library(user_frame(frames)[0])
+              if frames and not library(user_frame(frames).file)
               and not (what or "").startswith(("task ", "gather of "))]
     if not leaves:
         return None
