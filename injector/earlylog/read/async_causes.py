@@ -26,9 +26,9 @@ def find(report, folder):
     out = []
     for d in report["processes"]:
         p = folder.procs.get((d["host"], d["pid"]))
-        if p is None or d["stall"] is None or p.stall is None or p.stall.get("gil"):
+        if p is None or d["stall"] is None or p.stall is None or p.stall.gil:
             continue
-        for t in p.stall["threads"]:
+        for t in p.stall.threads:
             out += _blocked(d, t)
         out += [_died(d, death, waiters) for death, waiters in orphaned(p)]
     return out
@@ -96,10 +96,10 @@ def orphaned(p):
     it was the last thing that happened and a task of the user's still waits on a queue, an event
     or a future. Empty for a process that
     did not stall; idle.py's `idle` yields to it (verdict.py)."""
-    if p.stall is None or p.stall.get("gil"):
+    if p.stall is None or p.stall.gil:
         return []
     out = []
-    for t in p.stall["threads"]:
+    for t in p.stall.threads:
         pending = {name: (chain, awaiting) for name, chain, awaiting in frames.task_chains(t.notes)}
         waiting = [name for name, (chain, awaiting) in pending.items() if _waits_for_work(chain, awaiting)]
         for dead in notes.every(t.notes, notes.DeadTask):

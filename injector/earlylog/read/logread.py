@@ -8,7 +8,7 @@ from collections import deque, namedtuple
 from earlylog import __version__
 from earlylog.read import files as folder_files
 from earlylog.read.frames import cells
-from earlylog.read.model import Frame
+from earlylog.read.model import Crash, Frame, Stall
 from earlylog.runtime import records
 
 # `path:line in function: source` (earlylog's dumps) or `File "path", line N[,] in function`
@@ -95,8 +95,8 @@ class Proc:
         self.stall_after = None  # the watchdog's stall threshold (EARLYLOG_STALL), from its note
         self.gil = None         # faulthandler's Timeout: {"time", "seconds", "threads", "over"}
         self.signal = None      # Signalled
-        self.crash = None       # {"what", "time", "threads"}
-        self.stall = None       # {"time", "text", "threads", "over", "dumped"[, "gil"]}
+        self.crash = None       # model.Crash: the fatal error that ended it
+        self.stall = None       # model.Stall: the stall it was last in (ended or not)
         self.phases = []        # closed Phases; open ones in self.open
         self.open = []
         self.mem = []           # the first and the newest `mem:` texts
@@ -383,9 +383,9 @@ def _line(folder, path, state, line):
         if kind == "exit":
             p.before_exit = p.activity  # a stall that lasted until the exit (verdict._cut_short)
         p.activity = when
-        if p.stall is not None and p.stall.get("resumed") is None and p.stall["time"] is not None and \
-                when >= p.stall["time"]:
-            p.stall["resumed"] = when  # its wait ended then: a child it waited for ended about then
+        if p.stall is not None and p.stall.resumed is None and p.stall.time is not None and \
+                when >= p.stall.time:
+            p.stall.resumed = when  # its wait ended then: a child it waited for ended about then
         if kind not in ("start", "probe") and not (kind == "phase" and record["msg"].split(" ", 2)[1:2] == ["import"]):
             p.starting = False
     _event(folder, p, kind, when, record["msg"])
@@ -573,10 +573,10 @@ def _close_block(p):
     elif kind == "gil":
         _gil(p, when, text, threads)
     elif kind == "dump":
-        if threads and p.stall is not None and not p.stall["dumped"] and p.stall["over"] is None:
-            p.stall["threads"], p.stall["dumped"] = threads, True
+        if threads and p.stall is not None and not p.stall.dumped and p.stall.over is None:
+            p.stall.threads, p.stall.dumped = threads, True
     elif kind == "fatal":
-        p.crash = {"what": text, "time": when, "threads": threads}
+        p.crash = Crash(text, when, threads)
     elif kind == "signal":
         p.signal = Signalled(text, when, threads, p.exit_status is not None)
 
@@ -584,22 +584,22 @@ def _close_block(p):
 def _stall(p, when, text):
     if text.startswith("over"):
         if p.stall is not None:
-            p.stall["over"] = when
+            p.stall.over = when
     elif text.startswith("the GIL"):  # the watchdog ran again: the GIL stall before it is over
         if p.gil is not None and p.gil["over"] is None:
             p.gil["over"] = when
-        if p.stall is not None and p.stall.get("gil") and p.stall["over"] is None:
-            p.stall["over"] = when
+        if p.stall is not None and p.stall.gil and p.stall.over is None:
+            p.stall.over = when
     else:
         # Its dump is written a moment after this line: a report read in between keeps the
         # stacks of the stall before, rather than none.
-        earlier = p.stall["threads"] if p.stall is not None and p.stall["over"] is None else []
-        p.stall = {"time": when, "text": text, "threads": earlier, "over": None, "dumped": False}
+        earlier = p.stall.threads if p.stall is not None and p.stall.over is None else []
+        p.stall = Stall(when, text, earlier)
         m = _NO_PROGRESS.match(text)
         if m and when is not None:
             # Output goes on during such a stall: only its `over` line ends it; it began
             # `seconds` before its line (the last step, or the thread's last move).
-            p.stall["noisy"], p.stall["since"] = True, when - float(m.group(1))
+            p.stall.noisy, p.stall.since = True, when - float(m.group(1))
 
 
 def _gil(p, when, text, threads):
@@ -613,11 +613,10 @@ def _gil(p, when, text, threads):
         # The timer fired `seconds` after the watchdog's last beat, and that beat came at most a
         # third of the timeout (at most 5 s) before the last line: the process was there then.
         p.last = max(p.last, when + seconds - min(seconds / 3.0, 5.0))
-    if p.stall is None or p.stall["over"] is not None:
-        p.stall = {"time": when, "text": "the GIL was held (faulthandler's %s)" % text.rstrip("!"),
-                   "threads": threads, "over": None, "dumped": True, "gil": True}
-    elif not p.stall["dumped"]:
-        p.stall["threads"], p.stall["dumped"] = threads, True
+    if p.stall is None or p.stall.over is not None:
+        p.stall = Stall(when, "the GIL was held (faulthandler's %s)" % text.rstrip("!"), threads, dumped=True, gil=True)
+    elif not p.stall.dumped:
+        p.stall.threads, p.stall.dumped = threads, True
 
 
 def own(p, path):

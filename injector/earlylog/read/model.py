@@ -13,3 +13,30 @@ Frame = namedtuple("Frame", "file line function")
 def as_frames(frames):
     """Frames of (file, line, function) tuples (the runtime's notes write plain ones)."""
     return [Frame(*f) for f in frames]
+
+
+class Stall:
+    """The stall a process was last in, from the watchdog's `stall` line and the dump after it (or
+    faulthandler's `Timeout` block when C code held the GIL)."""
+    __slots__ = ("time", "text", "threads", "over", "dumped", "gil", "noisy", "since", "resumed")
+
+    def __init__(self, when, text, threads, dumped=False, gil=False):
+        self.time = when          # epoch seconds of its `stall` line (None if the line had no time)
+        self.text = text          # the line's words (`silent for 30 s; ...`)
+        self.threads = threads    # logread.Thread list of its dump; until the dump, the stall before's
+        self.over = None          # when its `over` line (or the watchdog's next run, for a GIL stall) came
+        self.dumped = dumped      # its own dump was read (a later dump is not this stall's)
+        self.gil = gil            # C code held the GIL: the watchdog could not run (faulthandler's Timeout)
+        self.noisy = False        # told while other threads printed: only its `over` line ends it
+        self.since = None         # for a noisy one: when it began (the last step, the thread's last move)
+        self.resumed = None       # when the process next did something after it (its wait ended then)
+
+
+class Crash:
+    """A fatal error faulthandler wrote (`Fatal Python error: Segmentation fault` and the stacks)."""
+    __slots__ = ("what", "time", "threads")
+
+    def __init__(self, what, when, threads):
+        self.what = what          # its words: `Segmentation fault`, `Aborted`
+        self.time = when          # epoch seconds of the last line before it (faulthandler writes no time)
+        self.threads = threads    # logread.Thread list of its stacks

@@ -80,7 +80,7 @@ class Stall:
 
     def __init__(self, d, p, parent):
         self.d, self.p, self.parent = d, p, parent
-        self.threads = [_Thread(t) for t in p.stall["threads"]] \
+        self.threads = [_Thread(t) for t in p.stall.threads] \
             if d["stall"] is not None and p.stall is not None else None
         self.by_ident = {t.ident: t for t in self.threads or () if t.ident}
         self.cycles = _cycles(self.threads, self.by_ident) if self.threads is not None else []
@@ -99,7 +99,7 @@ def stalls(report, folder):
 # what one cause supersedes (a deadlock, the lock waits in it) is the registry's to drop ----------
 
 def gil(s):
-    return _gil(s.d, s.p) if s.p.stall.get("gil") else []
+    return _gil(s.d, s.p) if s.p.stall.gil else []
 
 
 def deadlocks(s):
@@ -144,7 +144,7 @@ def unset(s):
 
 
 def hub(s):
-    return greenlets.causes(s.d, s.p.stall["threads"])
+    return greenlets.causes(s.d, s.p.stall.threads)
 
 
 def overflow(s):
@@ -291,7 +291,7 @@ def _flush_for_parent(d, t, by_ident, parent):
                                  for f in target.frames):
         return False
     stall = parent.stall if parent is not None else None
-    return bool(stall) and any(c.pid == d["pid"] for pt in stall["threads"] for c in notes.every(pt.notes, notes.Child))
+    return bool(stall) and any(c.pid == d["pid"] for pt in stall.threads for c in notes.every(pt.notes, notes.Child))
 
 
 def _join(d, t, by_ident, in_cycle):
@@ -447,7 +447,7 @@ def _waiting_on(wait):
 # --- C code holding the GIL ------------------------------------------------------------------
 
 def _gil(d, p):
-    threads = [_Thread(t) for t in p.stall["threads"] if t.frames]
+    threads = [_Thread(t) for t in p.stall.threads if t.frames]
     t = next((t for t in threads if t.main), threads[0] if threads else None)
     if t is None:
         return []
@@ -479,10 +479,10 @@ def _overflow(d, p):
     """A stack whose innermost function, or cycle of a few functions, repeats far down is a stack
     overflow: in a crash (faulthandler writes 100 frames, then `...`) or a RecursionError's traceback."""
     if p.crash is not None:
-        crashed = next((t for t in p.crash["threads"] if t.header.startswith("Current thread")), None)
+        crashed = next((t for t in p.crash.threads if t.header.startswith("Current thread")), None)
         if crashed is None:
             return []
-        stack, name, cut, ending = crashed.frames, crashed.name, "..." in crashed.notes, "the " + p.crash["what"]
+        stack, name, cut, ending = crashed.frames, crashed.name, "..." in crashed.notes, "the " + p.crash.what
         depth, cycle = _repeats(stack)
     elif p.exception is not None and p.exception.text.startswith("RecursionError"):
         stack, name, cut, ending = p.exception.frames, "MainThread", p.exception.cut > 0, p.exception.text

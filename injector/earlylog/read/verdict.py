@@ -48,9 +48,9 @@ _STUCK = re.compile(r"(?:^|; )thread (.+?) made no progress for ")
 
 def _stuck_thread(stall):
     """The thread a stall line names as the one that made no progress, else the main thread."""
-    m = _STUCK.search(stall["text"]) if stall.get("noisy") else None
-    named = next((t for t in stall["threads"] if m and t.name == m.group(1)), None)
-    return named or _main_thread(stall["threads"])
+    m = _STUCK.search(stall.text) if stall.noisy else None
+    named = next((t for t in stall.threads if m and t.name == m.group(1)), None)
+    return named or _main_thread(stall.threads)
 
 
 def _thread_dict(t):
@@ -99,13 +99,13 @@ def _process(p, now, here):
                           "printed": raised is not p.exception}
     # A stall told while other threads printed (a thread that made no progress, no training step)
     # is not ended by their output: only by its `over` line.
-    stalled_at_end = p.stall is not None and p.stall["over"] is None and \
-        (p.stall.get("noisy") or p.activity is None or p.stall["time"] is None or p.stall["time"] >= p.activity)
-    cut = not stalled_at_end and p.stall is not None and p.stall["over"] is None and _cut_short(p)
+    stalled_at_end = p.stall is not None and p.stall.over is None and \
+        (p.stall.noisy or p.activity is None or p.stall.time is None or p.stall.time >= p.activity)
+    cut = not stalled_at_end and p.stall is not None and p.stall.over is None and _cut_short(p)
     if stalled_at_end or cut:
         stalled_at_end = True
         main = _stuck_thread(p.stall)
-        d["stall"] = {"since": p.before_exit if cut else p.activity, "text": p.stall["text"], "threads": [_thread_dict(t) for t in p.stall["threads"]],
+        d["stall"] = {"since": p.before_exit if cut else p.activity, "text": p.stall.text, "threads": [_thread_dict(t) for t in p.stall.threads],
                       "main": _thread_dict(main) if main else None}
         d["where"] = frame_dict(user_frame(main.frames)) if main else None
     # Local: this host's /proc can say whether it still runs. Without a readable time a reused
@@ -168,13 +168,13 @@ def _idle(d, p):
     sleep loop), or whose worker pool titles it idle (`ray::IDLE`), is idleness, not a hang: state
     `idle`, and the reason (see idle.py)."""
     # A thread the watchdog saw make no progress on a partner, or no training step, is no idleness.
-    d["idle"] = None if p.stall.get("noisy") else (
-        idle.reason(p.stall["threads"]) or idle.by_title(p.title) or idle.at_terminal([p.stall["text"]]))
+    d["idle"] = None if p.stall.noisy else (
+        idle.reason(p.stall.threads) or idle.by_title(p.title) or idle.at_terminal([p.stall.text]))
     if d["idle"] and async_causes.orphaned(p):
         d["idle"] = None  # a task died, and the others wait for what it would have produced
     if d["idle"] and d["state"] == "stalled":
         d["state"] = "idle"
-    elif d["state"] == "stalled" and busy(p.stall["text"]):
+    elif d["state"] == "stalled" and busy(p.stall.text):
         d["state"] = "busy"  # its CPU time still rose: computing (docs/design.md#busy-is-not-stuck)
 
 
@@ -185,13 +185,13 @@ def _elsewhere(d, p, now):
 
 
 def _crashed(d, p):
-    main = _main_thread(p.crash["threads"])
-    signal = _CRASHES.get(p.crash["what"])
-    d["crash"] = {"what": p.crash["what"], "signal": signal,
-                  "threads": [_thread_dict(t) for t in p.crash["threads"]]}
+    main = _main_thread(p.crash.threads)
+    signal = _CRASHES.get(p.crash.what)
+    d["crash"] = {"what": p.crash.what, "signal": signal,
+                  "threads": [_thread_dict(t) for t in p.crash.threads]}
     d["where"] = frame_dict(user_frame(main.frames)) if main else None
     d["state"], d["end"] = "crashed", p.last
-    d["summary"] = "crashed: %s%s in %s" % (p.crash["what"], " (%s)" % signal if signal else "",
+    d["summary"] = "crashed: %s%s in %s" % (p.crash.what, " (%s)" % signal if signal else "",
                                              where(user_frame(main.frames) if main else None))
 
 
@@ -228,9 +228,9 @@ def _cut_short(p):
     driver gives up or shuts down, leaving a task's function that never returned. The program's own
     exit after a slow call (from its own code) is no such story: its call returned."""
     at = _EXIT_AT.search(p.exit_call or "")
-    if at is None or p.exit_status != 0 or p.stall["time"] is None or (p.before_exit or 0) > p.stall["time"]:
+    if at is None or p.exit_status != 0 or p.stall.time is None or (p.before_exit or 0) > p.stall.time:
         return False
-    frames = _stuck_thread(p.stall).frames if p.stall["threads"] else []
+    frames = _stuck_thread(p.stall).frames if p.stall.threads else []
     user = next((i for i, f in enumerate(frames) if not library(f.file)), None)
     return user is not None and any(
         func == at.group(1) and os.path.basename(path) == at.group(2) and library(path)
@@ -304,7 +304,7 @@ def _stall_summary(d, p, now, local):
     """`stalled for 41 s in load at train.py:12 (phase X); blocked: ...`, as the summary of a
     process still stalled, or appended to how it ended."""
     upto = now if d["state"] in ("stalled", "idle", "busy") and local else p.last
-    silent = (upto or now) - (p.stall.get("since") or d["stall"]["since"] or p.first or now)
+    silent = (upto or now) - (p.stall.since or d["stall"]["since"] or p.first or now)
     d["stall"]["seconds"] = round(silent, 1)
     main = d["stall"]["main"]
     place = where(frame_tuple(d["where"])) if main else "an unknown place (no stack was written)"
@@ -318,11 +318,11 @@ def _stall_summary(d, p, now, local):
         text = "idle for %s: %s, in %s" % (secs(silent), d["idle"], place)
     else:
         text = "%s for %s in %s" % ("busy" if d["state"] == "busy" else "stalled", secs(silent), place)
-        steps = _STEPS.match(p.stall["text"]) if p.stall.get("noisy") else None
+        steps = _STEPS.match(p.stall.text) if p.stall.noisy else None
         if steps:  # `stalled: no training step for 41 s (steps came every ~0.2 s before; last step 5), in ...`
             text = "%s: no training step for %s (%s), in %s" % (
                 "busy" if d["state"] == "busy" else "stalled", secs(silent), steps.group(1), place)
-        elif p.stall.get("noisy"):
+        elif p.stall.noisy:
             text += ", while other threads kept printing (thread %s made no progress)" % main["name"]
         if d["phase"]:
             text += " (phase %s)" % d["phase"]
@@ -452,8 +452,8 @@ def _retrying(d, p):
                      "seconds": counted.seconds if counted else None, "frame": t["frame"]}
             break
     newest = max(p.retrying.values(), key=lambda r: r["time"] or 0) if p.retrying else None
-    dumped_since = p.stall is not None and p.stall["time"] is not None and newest is not None and \
-        newest["time"] is not None and p.stall["time"] > newest["time"]  # a later dump shows no retry: over
+    dumped_since = p.stall is not None and p.stall.time is not None and newest is not None and \
+        newest["time"] is not None and p.stall.time > newest["time"]  # a later dump shows no retry: over
     if found is None and newest is not None and newest["time"] is not None and p.last is not None and \
             not dumped_since and newest["time"] >= p.last - max(60.0, 2 * (p.stall_after or 30.0)):
         found = dict(newest, thread=next(k for k, v in p.retrying.items() if v is newest), frame=None)
@@ -493,10 +493,10 @@ def _killed_while_waited(out, by_key, procs):
         parent = by_key.get((p.host, p.pid))
         stall = p.stall
         # The parent must have outlived the child: a run killed whole ends both at once (run-stopped).
-        if stall is None or parent is None or stall.get("resumed") is None and \
+        if stall is None or parent is None or stall.resumed is None and \
                 parent["state"] in ("vanished", "killed", "crashed", "unknown"):
             continue
-        for t in stall["threads"]:
+        for t in stall.threads:
             # A wait with no time limit (the kernel's do_wait, a pipe read): one with a timeout polls
             # and sleeps, and its caller may kill the child itself when the time is up.
             if not any(n.startswith(_BLOCKING_WAITS) for n in t.notes):
@@ -510,7 +510,7 @@ def _killed_while_waited(out, by_key, procs):
                 # No exit record: SIGKILL, which nothing can catch; a `killed` one wrote SIGTERM's stacks.
                 signal = "SIGKILL" if d["state"] == "vanished" else "SIGTERM"
                 yield d, {"waited_by": {"pid": p.pid, "thread": t.name, "frame": frame_dict(frame), "code": code,
-                                        "call": call_name(t.frames), "until": stall.get("resumed"),
+                                        "call": call_name(t.frames), "until": stall.resumed,
                                         "command": command, "signal": signal},
                           "state": "killed", "summary": "killed by %s while pid %d (%s) waited for it in %s" % (
                               signal, p.pid, parent["tag"] if parent else "?", where(frame))}
