@@ -8,7 +8,7 @@ from collections import deque, namedtuple
 from earlylog import __version__
 from earlylog.read import files as folder_files
 from earlylog.read.frames import cells
-from earlylog.read.model import Crash, Frame, Stall
+from earlylog.read.model import Crash, Exit, Frame, Stall
 from earlylog.runtime import records
 
 # `path:line in function: source` (earlylog's dumps) or `File "path", line N[,] in function`
@@ -82,11 +82,9 @@ class Proc:
         self.starting = True    # nothing in its log yet beyond its own start-up (probes, imports)
         self.own = None         # the folder of the earlylog copy that wrote this log
         self.files = []
-        self.first = self.last = self.activity = self.before_exit = None
-        self.exit_status = self.exit_time = self.exit_call = None
+        self.first = self.last = self.activity = None
+        self.exit = Exit()      # model.Exit: how it ended (its fields None until its exit record)
         self.retrying = {}      # thread name -> {"time", "count", "address", "seconds", "handling"}, the newest
-        self.exit_from = None   # (`thread loader` or `the main thread`, where the main thread was or None)
-        self.exit_flush = None  # (stream, error, whether its reader went away): the last flush failed (120)
         self.exception = None   # Raised
         self.repeated = 0       # that traceback's "[Previous line repeated N more times]", summed
         self.deaths = []        # Died: threads that ended with an exception
@@ -381,7 +379,7 @@ def _line(folder, path, state, line):
     # The phase reminder's `waiting X: still waiting` line is the watchdog's kind: no sign of life.
     if kind in LIFE and when is not None and not (kind == "phase" and record["msg"].startswith("waiting ")):
         if kind == "exit":
-            p.before_exit = p.activity  # a stall that lasted until the exit (verdict._cut_short)
+            p.exit.before = p.activity  # a stall that lasted until the exit (verdict._cut_short)
         p.activity = when
         if p.stall is not None and p.stall.resumed is None and p.stall.time is not None and \
                 when >= p.stall.time:
@@ -424,16 +422,16 @@ def _event(folder, p, kind, when, text):
                 folder.newer = p.version
     elif kind == "exit":
         m = _EXIT.search(text)
-        p.exit_status = int(m.group(1)) if m else None
-        p.exit_time = when
+        p.exit.status = int(m.group(1)) if m else None
+        p.exit.time = when
         how = _EXIT_CALL.search(text)
-        p.exit_call = how.group(1) if how else p.exit_call  # a later 120 record keeps the call
+        p.exit.call = how.group(1) if how else p.exit.call  # a later 120 record keeps the call
         if _ENDED_BY_US in text:  # EARLYLOG_STALL_EXIT ended it (runtime/act.py)
-            p.exit_call = text[text.index(_ENDED_BY_US):]
+            p.exit.call = text[text.index(_ENDED_BY_US):]
         by = _EXIT_FROM.search(text)
-        p.exit_from = (by.group(1), by.group(2)) if by else p.exit_from
+        p.exit.by = (by.group(1), by.group(2)) if by else p.exit.by
         flush = _EXIT_FLUSH.search(text)
-        p.exit_flush = (flush.group(1), flush.group(2), bool(flush.group(3))) if flush else None
+        p.exit.flush = (flush.group(1), flush.group(2), bool(flush.group(3))) if flush else None
     elif kind in ("exception", "stall", "dump", "signal", "fatal"):
         p.block = Block(kind, when, text)
     elif kind == "phase":
@@ -578,7 +576,7 @@ def _close_block(p):
     elif kind == "fatal":
         p.crash = Crash(text, when, threads)
     elif kind == "signal":
-        p.signal = Signalled(text, when, threads, p.exit_status is not None)
+        p.signal = Signalled(text, when, threads, p.exit.status is not None)
 
 
 def _stall(p, when, text):

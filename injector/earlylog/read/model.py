@@ -1,5 +1,6 @@
 """The reader's typed model of what one process's log says: a frame of a stack (Frame), the stall
-it was last in (Stall), the crash that ended it (Crash). logread builds them as it reads; the causes
+it was last in (Stall), the crash (Crash) or exit record (Exit) that ended it. logread builds them
+as it reads; the causes
 and the verdict read them by field name. It owns only these shapes and their field meanings: it
 never reads files, parses lines or judges, and it is not the JSON the report writes (verdict.py
 builds those dicts, which are the schema)."""
@@ -40,3 +41,20 @@ class Crash:
         self.what = what          # its words: `Segmentation fault`, `Aborted`
         self.time = when          # epoch seconds of the last line before it (faulthandler writes no time)
         self.threads = threads    # logread.Thread list of its stacks
+
+
+class Exit:
+    """How a process ended, from its `exit` record(s); every field is None until one is read (a
+    process still running, or one killed without a record). A later record (the last flush's
+    status 120) overrides the status and keeps the call."""
+    __slots__ = ("status", "time", "call", "by", "flush", "before")
+
+    def __init__(self):
+        self.status = None        # its exit status (int), or None when the record names none
+        self.time = None          # epoch seconds of the exit record
+        self.call = None          # what ended it: `sys.exit(3) in main at a.py:5`, `os._exit(1) ...`,
+        #                           `ended by earlylog: ...` (EARLYLOG_STALL_EXIT), or None
+        self.by = None            # who called os._exit: (`thread loader` or `the main thread`, where
+        #                           the main thread was, or None)
+        self.flush = None         # (stream, error, whether its reader went away): the last flush failed (120)
+        self.before = None        # when it last did something before the exit record (verdict._cut_short)
