@@ -3,8 +3,6 @@ nothing of the user's pending, a server's serve_forever, a pool worker's empty q
 is idle, not stuck. It decides from the frames of the last stall dump and the kernel state of each
 thread (docs/design.md#idle-is-not-stuck). It only judges, and must never call idle a thread that
 waits inside a task of the user's: for a reply, a lock, a child or a peer."""
-import re
-
 from earlylog.read import greenlets
 from earlylog.read.frames import in_event_loop, is_file, joined, library, task_chains
 from earlylog.runtime import notes
@@ -17,28 +15,9 @@ _ENTRY = (("runpy.py", None), ("<frozen runpy>", None), ("<frozen importlib._boo
           ("<frozen importlib._bootstrap_external>", None),
           ("threading.py", ("run", "_bootstrap_inner", "_bootstrap")),
           ("multiprocessing/process.py", ("run", "_bootstrap")))
-# Where a thread parks between pieces of work, and the words for it. The frames inside such a frame
-# may only be the waiting itself (_PLUMBING).
-_WORK = (("socketserver.py", "serve_forever", "waiting for work in serve_forever"),
-         ("grpc/_server.py", "wait_for_termination", "waiting for work in a gRPC server"),
-         ("concurrent/futures/thread.py", "_worker", "waiting for work in a thread pool"),
-         ("concurrent/futures/process.py", "_process_worker", "waiting for work in a process pool"),
-         ("multiprocessing/pool.py", "worker", "waiting for tasks in a multiprocessing pool"),
-         ("torch/utils/data/_utils/worker.py", "_worker_loop", "waiting for work in a DataLoader worker"),
-         ("ray/_private/worker.py", "main_loop", "waiting for tasks in Ray's worker loop"),
-         # multiprocessing's own helper processes, started with spawn and forkserver: they wait for
-         # the program's messages all their life
-         ("multiprocessing/resource_tracker.py", "main", "waiting for work in multiprocessing's resource tracker"),
-         ("multiprocessing/forkserver.py", "main", "waiting for requests in multiprocessing's fork server"))
-_QUEUES = ("queue.py", "multiprocessing/queues.py")
-_PLUMBING = ("selectors.py", "threading.py", "queue.py", "multiprocessing/queues.py",
-             "multiprocessing/connection.py", "multiprocessing/synchronize.py")
-# A library's own run loop sleeping between rounds (Ray's monitor, torchrun's agent): known by the
-# name of the sleeping function. A library sleeping elsewhere (a file lock's retry loop) is waiting.
-_RUN_LOOP = re.compile(r"(?:^|_)(?:run|loop|forever|serve|monitor)(?:_|$)")
-# asyncio awaits that mean a task waits for work: a server, a queue, a sleep.
-_ASYNC_WORK = (("asyncio/base_events.py", "serve_forever"), ("asyncio/queues.py", "get"),
-               ("asyncio/tasks.py", "sleep"), ("grpc/aio/_server.py", "wait_for_termination"))
+# Where a thread parks between pieces of work, the queues and plumbing inside it, the asyncio awaits
+# that mean work, a library's run loop: runtime/notes.py owns them (WORK, QUEUES, PLUMBING,
+# ASYNC_WORK, run_loop), for the watchdog judges idleness by them too.
 # Phases that span a worker's whole loop (runtime/marks.py opens them), by their names' start.
 _LOOP_PHASES = ("DataLoader worker ",)
 # Worker pools that retitle a worker with no task to run: the pool's own word that it waits for one.
@@ -203,7 +182,7 @@ def _busy(t):
 def _library_loop(t):
     """A library's own run loop (no frame of the user's), itself the innermost frame: between two
     rounds it sleeps or does its own work, such as Ray's log monitor reading log files."""
-    return bool(t.frames) and _RUN_LOOP.search(t.frames[0].function) is not None and all(library(f.file) for f in t.frames)
+    return bool(t.frames) and notes.run_loop(t.frames[0].function) and all(library(f.file) for f in t.frames)
 
 
 def _in_task(frames):
@@ -223,21 +202,21 @@ def _work(frame, _frames, _t):
     path, _line, func = frame
     if func == "serve_forever":
         return "waiting for work in serve_forever"
-    return next((words for suffix, name, words in _WORK if func == name and is_file(path, suffix)), None)
+    return next((words for suffix, name, words in notes.WORK if func == name and is_file(path, suffix)), None)
 
 
 def _queue(frame, frames, t):
     """A thread or child process draining a queue waits for work; the program's main flow waiting
     on a queue waits for a result, which may never come."""
     path, _line, func = frame
-    if func == "get" and any(is_file(path, q) for q in _QUEUES) and (
+    if func == "get" and any(is_file(path, q) for q in notes.QUEUES) and (
             not t.main or any(is_file(f.file, "multiprocessing/process.py") for f in frames)):
         return "waiting for work in queue.get"
     return None
 
 
 def _plumbing(path):
-    return any(is_file(path, suffix) for suffix in _PLUMBING)
+    return any(is_file(path, suffix) for suffix in notes.PLUMBING)
 
 
 def _loop_tasks(t):
@@ -257,7 +236,7 @@ def _loop_tasks(t):
         if serves and _parked(frames, awaiting):
             continue  # `await asyncio.Future()` beside a server: serve until stopped
         if any(not library(path) for path, _line, _func in frames) and not any(
-                func == name and is_file(path, suffix) for path, _line, func in frames for suffix, name in _ASYNC_WORK):
+                func == name and is_file(path, suffix) for path, _line, func in frames for suffix, name in notes.ASYNC_WORK):
             return None
     if serves:
         return "waiting for connections in an asyncio server on " + serves
