@@ -25,7 +25,7 @@ def waited_children(tid, frame):
     prints its console lines only there). ([], False, False) for a thread waiting on anything else."""
     try:
         name, _number, args = kstate.syscall(tid) or (None, None, None)
-        pids = [pid for pid in waited(name, args, popen(frame)) if _state(pid) not in (None, "Z")]
+        pids = [pid for pid in waited(name, args, popen_of(frame)) if _state(pid) not in (None, "Z")]
         sleeping = not pids and name == "sleep"
         if sleeping:
             pids = [pid for pid in _children() if _state(pid) not in (None, "Z")]
@@ -88,7 +88,7 @@ def _children():
     return pids
 
 
-def popen(frame):
+def popen_of(frame):
     """The running subprocess.Popen whose wait or communicate this thread is in, or None."""
     subprocess = sys.modules.get("subprocess")
     path = getattr(subprocess, "__file__", None)

@@ -28,7 +28,7 @@ def lines(tid, ident, frame):
         # A timed wait (Popen.wait(timeout=...)) runs Python between its short sleeps: it may be
         # caught outside any system call, and still names its child through its frames.
         name, _number, args = kstate.syscall(tid) or (None, None, None)
-        popen = children.popen(frame)
+        popen = children.popen_of(frame)
         out = [notes.child_line(children.child_line(pid, popen)) for pid in children.waited(name, args, popen)]
         if name in ("read", "write", "connect"):
             out += _fd_lines(name, args[0], ident)
