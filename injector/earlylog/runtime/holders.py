@@ -28,6 +28,8 @@ _exprs = {}  # expression source text -> (syntax tree, one-line text, names)
 _memo = [None, None]  # the last dump's stacks (as ids) and what each thread holds
 
 
+# --- who holds a lock ------------------------------------------------------------------------
+
 def holder_lines(ident, obj, frames, threads):
     """`held by:` lines for a lock or semaphore this thread waits for."""
     targets = {id(obj)}
