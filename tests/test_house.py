@@ -1,6 +1,7 @@
 """The three sides of the package stay apart: a process with EARLYLOG=1 loads the runtime only,
 the reader and the command use each other's public names only, and a runtime copy holds the
-runtime only. Checked on real processes and on the source's import statements."""
+runtime only; and earlylog's own threads load modules only through the fork gate. Checked on real
+processes and on the source's import statements."""
 import ast
 import json
 import os
