@@ -24,7 +24,7 @@ def test_notes_are_never_frames_and_names_may_hold_spaces(tmp_path):
         "waits for: lock lock (threading.Lock at 0x7f00)",
         "held by: thread Thread-2 (fetch) (ident 0x2b); with block at /app/w.py:9 in fetch"]),
         thread("Thread-2 (fetch)", "0x2b", [("/app/w.py", 10, "fetch", "time.sleep(60)")], state=SLEEP))
-    (t, u) = logread.read(str(tmp_path)).procs[("node9", 10)].stall["threads"]
+    (t, u) = logread.read(str(tmp_path)).procs[("node9", 10)].stall.threads
     assert t.name == "Thread-1 (worker)" and t.ident == "0x1a" and t.daemon is True
     assert t.frames == [("/app/w.py", 3, "work")] and len(t.notes) == 3
     (cause,) = causes(tmp_path)
@@ -167,7 +167,7 @@ def test_a_report_read_between_a_stall_line_and_its_dump_keeps_the_earlier_stack
     with open(next(tmp_path.iterdir()), "a") as f:
         f.write(records.format_lines("text", T0 + 3, 22, "app", "node9", "stall", "silent for 2 s; blocked", ()))
     p = logread.read(str(tmp_path)).procs[("node9", 22)]
-    assert [t.name for t in p.stall["threads"]] == ["MainThread"] and p.stall["text"] == "silent for 2 s; blocked"
+    assert [t.name for t in p.stall.threads] == ["MainThread"] and p.stall.text == "silent for 2 s; blocked"
 
 
 # --- the runtime's side, on real threads of this process --------------------------------------

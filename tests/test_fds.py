@@ -174,6 +174,10 @@ START_UP = {
     ("sinks.py", "__init__"): "the console's own descriptor, moved high at once (_high_fd)",
     ("identity.py", "argv"): "/proc/self/cmdline before Python 3.10, at start-up",
     ("identity.py", "parent_of"): "the grandparent's pid, at start-up",
+    ("startpack.py", "read"): "the start pack, read and closed before the program's first line",
+    ("startpack.py", "_from_pyc"): "a start path module's .pyc, when the pack is rebuilt at start-up",
+    ("startpack.py", "write"): "the rebuilt start pack, written and closed at start-up",
+    ("startpack.py", "build"): "`earlylog install`'s build of the pack, in the installer's own process",
 }
 
 

@@ -10,6 +10,7 @@ import re
 
 from earlylog.read import frames
 from earlylog.read.causes import Cause, label
+from earlylog.read.model import as_frames
 from earlylog.runtime import notes
 
 _CALL = re.compile(r"([A-Za-z_][\w.]*)\s*\(")  # the first call a line of source makes
@@ -25,9 +26,9 @@ def find(report, folder):
     out = []
     for d in report["processes"]:
         p = folder.procs.get((d["host"], d["pid"]))
-        if p is None or d["stall"] is None or p.stall is None or p.stall.get("gil"):
+        if p is None or d["stall"] is None or p.stall is None or p.stall.gil:
             continue
-        for t in p.stall["threads"]:
+        for t in p.stall.threads:
             out += _blocked(d, t)
         out += [_died(d, death, waiters) for death, waiters in orphaned(p)]
     return out
@@ -41,8 +42,8 @@ def _blocked(d, t):
     state = notes.first(t.notes, notes.State)
     if running is None or state is None or state.busy:
         return []  # parked in its selector, or computing: busy is not stuck
-    at = next((i for i, f in enumerate(t.frames) if f[0] == running["file"] and f[1] == running["line"]), None)
-    if frames.library(running["file"]) and at is not None and any(not frames.library(f[0]) for f in t.frames[:at]):
+    at = next((i for i, f in enumerate(t.frames) if f.file == running["file"] and f.line == running["line"]), None)
+    if frames.library(running["file"]) and at is not None and any(not frames.library(f.file) for f in t.frames[:at]):
         return []  # a framework's coroutine running the user's code (a notebook's cell): that code is the story
     others = [name for name, _chain, awaiting in frames.task_chains(t.notes)
               if name != running["task"] and not (awaiting or "").startswith(("task ", "gather of "))]
@@ -62,8 +63,8 @@ def _blocked(d, t):
 
 def _source_call(t, running):
     """The first call on the frame's source line, where the runtime could not name it."""
-    code = next((t.code.get(i) for i, f in enumerate(t.frames) if f[1] == running["line"]
-                 and f[2] == running["func"]), None)
+    code = next((t.code.get(i) for i, f in enumerate(t.frames) if f.line == running["line"]
+                 and f.function == running["func"]), None)
     m = _CALL.search(code or "")
     return m.group(1) if m else None
 
@@ -95,14 +96,14 @@ def orphaned(p):
     it was the last thing that happened and a task of the user's still waits on a queue, an event
     or a future. Empty for a process that
     did not stall; idle.py's `idle` yields to it (verdict.py)."""
-    if p.stall is None or p.stall.get("gil"):
+    if p.stall is None or p.stall.gil:
         return []
     out = []
-    for t in p.stall["threads"]:
+    for t in p.stall.threads:
         pending = {name: (chain, awaiting) for name, chain, awaiting in frames.task_chains(t.notes)}
         waiting = [name for name, (chain, awaiting) in pending.items() if _waits_for_work(chain, awaiting)]
         for dead in notes.every(t.notes, notes.DeadTask):
-            death = (dead.task, dead.coro, dead.exc, dead.frames[::-1])
+            death = (dead.task, dead.coro, dead.exc, as_frames(dead.frames[::-1]))
             who = [w for w in dead.waiters if w in pending]  # none: its work is no pending task's
             if who:
                 out.append((death, [_waiter(w, *pending[w]) for w in who]))
@@ -119,10 +120,10 @@ def orphaned(p):
 def _waits_for_work(chain, awaiting):
     """Does a pending task of the user's wait for something another task produces (an item, an
     event, a future), rather than pace itself, serve, or wait for a client?"""
-    if not chain or all(frames.library(f[0]) for f in chain) or awaiting == notes.SERVER_READ or \
+    if not chain or all(frames.library(f.file) for f in chain) or awaiting == notes.SERVER_READ or \
             (awaiting or "").startswith(("task ", "gather of ")):
         return False  # a task awaiting other tasks waits where they wait
-    return not any(f[2] == func and frames.is_file(f[0], suffix) for f in chain for suffix, func in _NOT_WORK)
+    return not any(f.function == func and frames.is_file(f.file, suffix) for f in chain for suffix, func in _NOT_WORK)
 
 
 def _waiter(name, chain, awaiting):
@@ -130,8 +131,8 @@ def _waiter(name, chain, awaiting):
     inner = chain[0] if chain else None
     what = None
     for suffix, words in _AWAITS:
-        if inner is not None and frames.is_file(inner[0], suffix):
-            what = words % inner[2]
+        if inner is not None and frames.is_file(inner.file, suffix):
+            what = words % inner.function
     if what is None:
         what = awaiting or "a Future"
     return name, what, user
@@ -140,13 +141,13 @@ def _waiter(name, chain, awaiting):
 def _died(d, death, waiters):
     name, coro, exc, chain = death
     frame = frames.user_frame(chain)
-    place = " at %s:%d" % (frame[0].rpartition("/")[2], frame[1]) if frame else ""
+    place = " at %s:%d" % (frame.file.rpartition("/")[2], frame.line) if frame else ""
     waits = "; ".join("task %s (%s) waits for %s at %s" % (
-        w, user[2] if user else "?", what, "%s:%d" % (user[0].rpartition("/")[2], user[1]) if user else "?")
+        w, user.function if user else "?", what, "%s:%d" % (user.file.rpartition("/")[2], user.line) if user else "?")
         for w, what, user in waiters[:3])
     return Cause("task-died", "%s: asyncio task %s (%s) died%s with %s, and nobody awaited it; %s for what it "
                               "would have produced" % (label(d), name, coro, place, exc, waits),
                  "fix the %s%s; to fail fast instead of hanging, await the task (or `asyncio.gather(...)` it with "
                  "the waiters, which raises its exception) or add a done callback that stops the loop "
-                 "(`task.add_done_callback(...)`)" % (exc.partition("(")[0], " in %s" % frame[2] if frame else ""),
+                 "(`task.add_done_callback(...)`)" % (exc.partition("(")[0], " in %s" % frame.function if frame else ""),
                  [d["pid"]], [])

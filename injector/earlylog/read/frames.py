@@ -1,11 +1,12 @@
 """Frames as the reader shows them: which are the user's own, which library call the user's code
 is inside, `func at file.py:12`, the await chains of a thread's pending asyncio tasks and the thread
 a join waits for. Frames
-are (path, line, function) tuples, innermost first. Pure functions of their arguments; they never
+are model.Frame (file, line, function) tuples, innermost first. Pure functions of their arguments; they never
 read files or raise on odd paths."""
 import os
 import re
 
+from earlylog.read.model import Frame, as_frames
 from earlylog.runtime import notes
 
 _LIBRARY = re.compile(r"/(?:site|dist)-packages/|/lib/python\d|^<frozen")
@@ -22,14 +23,14 @@ def library(path):
 def user_frame(frames):
     """The innermost frame of the user's own code (frames run innermost first), else the innermost."""
     for frame in frames:
-        if not library(frame[0]):
+        if not library(frame.file):
             return frame
     return frames[0] if frames else None
 
 
 def call_name(frames):
     """The library call the user's code is inside, e.g. `subprocess.run`, `barrier`; None if none."""
-    u = next((i for i, f in enumerate(frames) if not library(f[0])), None)
+    u = next((i for i, f in enumerate(frames) if not library(f.file)), None)
     if u is None:
         return None  # no user code on the stack (a launcher's own loop): no call of the user's to name
     for path, _line, func in reversed(frames[:u]):
@@ -54,13 +55,14 @@ def where(frame):
     code `cell In[2], line 4`, as the notebook names it."""
     if not frame:
         return "an unknown place"
-    return place(frame) if frame[2] == "<module>" and _CELL.match(frame[0]) else "%s at %s" % (frame[2], place(frame))
+    return place(frame) if frame.function == "<module>" and _CELL.match(frame.file) else \
+        "%s at %s" % (frame.function, place(frame))
 
 
 def place(frame):
     """`file.py:12`, or `cell In[2], line 4` for a notebook's cell (see cells())."""
-    m = _CELL.match(frame[0])
-    return "cell %s, line %d" % (m.group(1), frame[1]) if m else "%s:%d" % (os.path.basename(frame[0]), frame[1])
+    m = _CELL.match(frame.file)
+    return "cell %s, line %d" % (m.group(1), frame.line) if m else "%s:%d" % (os.path.basename(frame.file), frame.line)
 
 
 def cells(threads):
@@ -69,7 +71,7 @@ def cells(threads):
     is PATH` notes (runtime/cells.py): a lock held in one cell's function is named so in another's."""
     names = {c.path: "<cell %s>" % c.name for t in threads for c in notes.every(t.notes, notes.Cell)}
     for t in threads if names else ():
-        t.frames = [(names[f[0]],) + tuple(f[1:]) if f[0] in names else f for f in t.frames]
+        t.frames = [f._replace(file=names[f.file]) if f.file in names else f for f in t.frames]
         t.notes = [_renamed(n, names) if not n.startswith("cell: ") else n for n in t.notes]
 
 
@@ -80,17 +82,17 @@ def _renamed(note, names):
 
 
 def frame_dict(frame):
-    return {"file": frame[0], "line": frame[1], "function": frame[2]} if frame else None
+    return {"file": frame.file, "line": frame.line, "function": frame.function} if frame else None
 
 
 def frame_tuple(frame):
-    return (frame["file"], frame["line"], frame["function"]) if frame else None
+    return Frame(frame["file"], frame["line"], frame["function"]) if frame else None
 
 
 def task_chains(texts):
     """The pending asyncio tasks a thread's dump notes list, as (name, frames innermost first,
     what the innermost awaits, e.g. `a Future`, or None)."""
-    return [(t.name, list(t.frames), t.awaiting) for t in notes.every(texts, notes.Task)]
+    return [(t.name, as_frames(t.frames), t.awaiting) for t in notes.every(texts, notes.Task)]
 
 
 def joined(texts):
@@ -102,8 +104,8 @@ def joined(texts):
 
 def in_event_loop(frames):
     """Parked in the asyncio loop's own select: no callback of anyone's is running."""
-    return len(frames) >= 2 and is_file(frames[0][0], "selectors.py") and frames[1][2] == "_run_once" \
-        and is_file(frames[1][0], "asyncio/base_events.py")
+    return len(frames) >= 2 and is_file(frames[0].file, "selectors.py") and frames[1].function == "_run_once" \
+        and is_file(frames[1].file, "asyncio/base_events.py")
 
 
 def is_file(path, suffix):

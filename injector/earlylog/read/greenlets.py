@@ -8,6 +8,7 @@ import re
 
 from earlylog.read.causes import Cause, label
 from earlylog.read.frames import is_file, library, user_frame, where
+from earlylog.read.model import as_frames
 from earlylog.runtime import notes
 # Waits that mean a greenlet waits for work: a server's loop; a main greenlet joining the others
 # (joinall, join) waits where they wait, so it decides nothing by itself.
@@ -20,7 +21,7 @@ class Greenlet:
     """One waiting greenlet: its name, frames (innermost first), the wait's words and kind."""
 
     def __init__(self, note):
-        self.name, self.frames, self.wait = note.name, list(note.frames), note.wait
+        self.name, self.frames, self.wait = note.name, as_frames(note.frames), note.wait
         self.kind, self.expr, self.type = note.kind, note.expr, note.type
         self.holder, self.how, self.socket = note.holder, note.how, note.socket
 
@@ -44,7 +45,7 @@ class Greenlet:
 def in_hub(frames):
     """Is the thread parked in a hub's loop: gevent's run() the innermost frame, or eventlet's run()
     with only library frames (its poll) inside?"""
-    if frames and frames[0][2] == "run" and is_file(frames[0][0], "gevent/hub.py"):
+    if frames and frames[0].function == "run" and is_file(frames[0].file, "gevent/hub.py"):
         return True
     for path, _line, func in frames[:6]:
         if func == "run" and is_file(path, "eventlet/hubs/hub.py"):
@@ -90,7 +91,7 @@ def _lib(t):
 
 def _ranked(found):
     """The user's greenlets waiting on something themselves (not joins of others), most telling first."""
-    own = [g for g in found if g.frames and any(not library(f[0]) for f in g.frames)
+    own = [g for g in found if g.frames and any(not library(f.file) for f in g.frames)
            and g.base in _ORDER and not g.served]
     return sorted(own, key=lambda g: _ORDER.index(g.base))
 

@@ -3,8 +3,6 @@ nothing of the user's pending, a server's serve_forever, a pool worker's empty q
 is idle, not stuck. It decides from the frames of the last stall dump and the kernel state of each
 thread (docs/design.md#idle-is-not-stuck). It only judges, and must never call idle a thread that
 waits inside a task of the user's: for a reply, a lock, a child or a peer."""
-import re
-
 from earlylog.read import greenlets
 from earlylog.read.frames import in_event_loop, is_file, joined, library, task_chains
 from earlylog.runtime import notes
@@ -17,28 +15,9 @@ _ENTRY = (("runpy.py", None), ("<frozen runpy>", None), ("<frozen importlib._boo
           ("<frozen importlib._bootstrap_external>", None),
           ("threading.py", ("run", "_bootstrap_inner", "_bootstrap")),
           ("multiprocessing/process.py", ("run", "_bootstrap")))
-# Where a thread parks between pieces of work, and the words for it. The frames inside such a frame
-# may only be the waiting itself (_PLUMBING).
-_WORK = (("socketserver.py", "serve_forever", "waiting for work in serve_forever"),
-         ("grpc/_server.py", "wait_for_termination", "waiting for work in a gRPC server"),
-         ("concurrent/futures/thread.py", "_worker", "waiting for work in a thread pool"),
-         ("concurrent/futures/process.py", "_process_worker", "waiting for work in a process pool"),
-         ("multiprocessing/pool.py", "worker", "waiting for tasks in a multiprocessing pool"),
-         ("torch/utils/data/_utils/worker.py", "_worker_loop", "waiting for work in a DataLoader worker"),
-         ("ray/_private/worker.py", "main_loop", "waiting for tasks in Ray's worker loop"),
-         # multiprocessing's own helper processes, started with spawn and forkserver: they wait for
-         # the program's messages all their life
-         ("multiprocessing/resource_tracker.py", "main", "waiting for work in multiprocessing's resource tracker"),
-         ("multiprocessing/forkserver.py", "main", "waiting for requests in multiprocessing's fork server"))
-_QUEUES = ("queue.py", "multiprocessing/queues.py")
-_PLUMBING = ("selectors.py", "threading.py", "queue.py", "multiprocessing/queues.py",
-             "multiprocessing/connection.py", "multiprocessing/synchronize.py")
-# A library's own run loop sleeping between rounds (Ray's monitor, torchrun's agent): known by the
-# name of the sleeping function. A library sleeping elsewhere (a file lock's retry loop) is waiting.
-_RUN_LOOP = re.compile(r"(?:^|_)(?:run|loop|forever|serve|monitor)(?:_|$)")
-# asyncio awaits that mean a task waits for work: a server, a queue, a sleep.
-_ASYNC_WORK = (("asyncio/base_events.py", "serve_forever"), ("asyncio/queues.py", "get"),
-               ("asyncio/tasks.py", "sleep"), ("grpc/aio/_server.py", "wait_for_termination"))
+# Where a thread parks between pieces of work, the queues and plumbing inside it, the asyncio awaits
+# that mean work, a library's run loop: runtime/notes.py owns them (WORK, QUEUES, PLUMBING,
+# ASYNC_WORK, run_loop), for the watchdog judges idleness by them too.
 # Phases that span a worker's whole loop (runtime/marks.py opens them), by their names' start.
 _LOOP_PHASES = ("DataLoader worker ",)
 # Worker pools that retitle a worker with no task to run: the pool's own word that it waits for one.
@@ -60,7 +39,7 @@ def reason(threads):
     if any(_busy(t) and not _library_loop(t) for t in threads):
         return None
     mains = [t for t in threads if t.main]
-    deciders = [t for t in threads if (t.main and not _exiting(t)) or any(not library(f[0]) for f in t.frames)]
+    deciders = [t for t in threads if (t.main and not _exiting(t)) or any(not library(f.file) for f in t.frames)]
     if not deciders and not mains:
         deciders = threads
     found = [_thread(t) for t in deciders]
@@ -94,13 +73,13 @@ def _main_parked(t, threads):
     (signal.pause(), sigwait: Ctrl-C), on a threading.Event at its top level (set to stop), or in a
     join of the server's own thread. Beside a server these are how a program keeps serving; a join
     of any other thread, or a wait deeper in the user's code, is a wait for something."""
-    users = [i for i, f in enumerate(t.frames) if not library(f[0])]
+    users = [i for i, f in enumerate(t.frames) if not library(f.file)]
     if not users or users[0] != len(t.frames) - 1 - _module_depth(t.frames):
         return None  # not in the script's own top-level code
     inner = t.frames[:users[0]]
     if not inner and "waiting for a signal" in _kernel(t):
         return "for a signal (Ctrl-C)"
-    if inner and all(is_file(f[0], "threading.py") for f in inner) and inner[-1][2] == "wait":
+    if inner and all(is_file(f.file, "threading.py") for f in inner) and inner[-1].function == "wait":
         return "on an event (to stop)"
     join = joined(t.notes)
     target = next((o for o in threads if join and o.ident == join["ident"]), None)
@@ -139,7 +118,7 @@ def at_terminal(texts):
 
 def _exiting(t):
     """The main thread at interpreter exit, waiting for the program's other threads: they decide."""
-    return bool(t.frames) and t.frames[0][2] == "_shutdown" and is_file(t.frames[0][0], "threading.py")
+    return bool(t.frames) and t.frames[0].function == "_shutdown" and is_file(t.frames[0].file, "threading.py")
 
 
 def _thread(t):
@@ -151,12 +130,12 @@ def _thread(t):
         return None
     if greenlets.in_hub(frames):  # gevent's hub: its greenlets wait, or do not, for work
         return greenlets.idle(t)
-    users = [i for i, f in enumerate(frames) if not library(f[0])]
+    users = [i for i, f in enumerate(frames) if not library(f.file)]
     inner = frames[:users[0] + 1] if users else frames  # the calls the innermost user frame is in
     for check in (_work, _queue):
         for i, frame in enumerate(inner):
             words = check(frame, frames, t)
-            if words and all(_plumbing(f[0]) for f in inner[:i]):
+            if words and all(_plumbing(f.file) for f in inner[:i]):
                 return words
     kernel = _kernel(t)
     path, _line, func = frames[0]
@@ -166,7 +145,7 @@ def _thread(t):
         return "working in %s between rounds (a library's own run loop)" % func
     if "select/poll" in kernel and in_event_loop(frames):
         words = _loop_tasks(t)
-        if words == _LOOP_WORK and any(f[2] == "start" and is_file(f[0], "ipykernel/kernelapp.py") for f in frames):
+        if words == _LOOP_WORK and any(f.function == "start" and is_file(f.file, "ipykernel/kernelapp.py") for f in frames):
             return "waiting for its next cell (a Jupyter kernel)"
         return words
     return _told_to_stop(t, kernel)
@@ -203,41 +182,41 @@ def _busy(t):
 def _library_loop(t):
     """A library's own run loop (no frame of the user's), itself the innermost frame: between two
     rounds it sleeps or does its own work, such as Ray's log monitor reading log files."""
-    return bool(t.frames) and _RUN_LOOP.search(t.frames[0][2]) is not None and all(library(f[0]) for f in t.frames)
+    return bool(t.frames) and notes.run_loop(t.frames[0].function) and all(library(f.file) for f in t.frames)
 
 
 def _in_task(frames):
     """Is some frame of the user's called by a library frame that runs it as a task?"""
     for i, frame in enumerate(frames[:-1]):
         caller = frames[i + 1]
-        if not library(frame[0]) and library(caller[0]) and not _entry(caller):
+        if not library(frame.file) and library(caller.file) and not _entry(caller):
             return True
     return False
 
 
 def _entry(frame):
-    return any(is_file(frame[0], suffix) and (funcs is None or frame[2] in funcs) for suffix, funcs in _ENTRY)
+    return any(is_file(frame.file, suffix) and (funcs is None or frame.function in funcs) for suffix, funcs in _ENTRY)
 
 
 def _work(frame, _frames, _t):
     path, _line, func = frame
     if func == "serve_forever":
         return "waiting for work in serve_forever"
-    return next((words for suffix, name, words in _WORK if func == name and is_file(path, suffix)), None)
+    return next((words for suffix, name, words in notes.WORK if func == name and is_file(path, suffix)), None)
 
 
 def _queue(frame, frames, t):
     """A thread or child process draining a queue waits for work; the program's main flow waiting
     on a queue waits for a result, which may never come."""
     path, _line, func = frame
-    if func == "get" and any(is_file(path, q) for q in _QUEUES) and (
-            not t.main or any(is_file(f[0], "multiprocessing/process.py") for f in frames)):
+    if func == "get" and any(is_file(path, q) for q in notes.QUEUES) and (
+            not t.main or any(is_file(f.file, "multiprocessing/process.py") for f in frames)):
         return "waiting for work in queue.get"
     return None
 
 
 def _plumbing(path):
-    return any(is_file(path, suffix) for suffix in _PLUMBING)
+    return any(is_file(path, suffix) for suffix in notes.PLUMBING)
 
 
 def _loop_tasks(t):
@@ -247,7 +226,7 @@ def _loop_tasks(t):
     loop = notes.first(t.notes, notes.Asyncio)
     chains = task_chains(t.notes)
     if loop is None or loop.count is None:
-        return None if any(not library(f[0]) for f in t.frames) else _LOOP_WORK
+        return None if any(not library(f.file) for f in t.frames) else _LOOP_WORK
     if loop.count > len(chains):
         return None  # not every task was written: nothing can be said of the rest
     serves = loop.serves
@@ -257,7 +236,7 @@ def _loop_tasks(t):
         if serves and _parked(frames, awaiting):
             continue  # `await asyncio.Future()` beside a server: serve until stopped
         if any(not library(path) for path, _line, _func in frames) and not any(
-                func == name and is_file(path, suffix) for path, _line, func in frames for suffix, name in _ASYNC_WORK):
+                func == name and is_file(path, suffix) for path, _line, func in frames for suffix, name in notes.ASYNC_WORK):
             return None
     if serves:
         return "waiting for connections in an asyncio server on " + serves
@@ -268,7 +247,7 @@ def _parked(frames, awaiting):
     """Does the task's own coroutine await, itself, a bare Future or an asyncio Event (`await
     asyncio.Future()`, `await stop.wait()`)? Beside a server that is the idiom for "serve until
     stopped". A Future awaited deeper, inside a helper or a library (a reply, a read), is not."""
-    return awaiting == "a Future" and bool(frames) and not library(frames[-1][0]) and all(
-        f[2] == "wait" and is_file(f[0], "asyncio/locks.py") for f in frames[:-1])
+    return awaiting == "a Future" and bool(frames) and not library(frames[-1].file) and all(
+        f.function == "wait" and is_file(f.file, "asyncio/locks.py") for f in frames[:-1])
 
 

@@ -8,6 +8,7 @@ from collections import deque, namedtuple
 from earlylog import __version__
 from earlylog.read import files as folder_files
 from earlylog.read.frames import cells
+from earlylog.read.model import Crash, Exit, Frame, Stall
 from earlylog.runtime import records
 
 # `path:line in function: source` (earlylog's dumps) or `File "path", line N[,] in function`
@@ -81,11 +82,9 @@ class Proc:
         self.starting = True    # nothing in its log yet beyond its own start-up (probes, imports)
         self.own = None         # the folder of the earlylog copy that wrote this log
         self.files = []
-        self.first = self.last = self.activity = self.before_exit = None
-        self.exit_status = self.exit_time = self.exit_call = None
+        self.first = self.last = self.activity = None
+        self.exit = Exit()      # model.Exit: how it ended (its fields None until its exit record)
         self.retrying = {}      # thread name -> {"time", "count", "address", "seconds", "handling"}, the newest
-        self.exit_from = None   # (`thread loader` or `the main thread`, where the main thread was or None)
-        self.exit_flush = None  # (stream, error, whether its reader went away): the last flush failed (120)
         self.exception = None   # Raised
         self.repeated = 0       # that traceback's "[Previous line repeated N more times]", summed
         self.deaths = []        # Died: threads that ended with an exception
@@ -94,8 +93,8 @@ class Proc:
         self.stall_after = None  # the watchdog's stall threshold (EARLYLOG_STALL), from its note
         self.gil = None         # faulthandler's Timeout: {"time", "seconds", "threads", "over"}
         self.signal = None      # Signalled
-        self.crash = None       # {"what", "time", "threads"}
-        self.stall = None       # {"time", "text", "threads", "over", "dumped"[, "gil"]}
+        self.crash = None       # model.Crash: the fatal error that ended it
+        self.stall = None       # model.Stall: the stall it was last in (ended or not)
         self.phases = []        # closed Phases; open ones in self.open
         self.open = []
         self.mem = []           # the first and the newest `mem:` texts
@@ -200,7 +199,7 @@ class Thread:
         return None if "daemon" not in self.header else "not daemon" not in self.header
 
     def _module_code(self):
-        return bool(self.frames) and self.frames[-1][2] == "<module>"
+        return bool(self.frames) and self.frames[-1].function == "<module>"
 
 
 class Folder:
@@ -380,11 +379,11 @@ def _line(folder, path, state, line):
     # The phase reminder's `waiting X: still waiting` line is the watchdog's kind: no sign of life.
     if kind in LIFE and when is not None and not (kind == "phase" and record["msg"].startswith("waiting ")):
         if kind == "exit":
-            p.before_exit = p.activity  # a stall that lasted until the exit (verdict._cut_short)
+            p.exit.before = p.activity  # a stall that lasted until the exit (verdict._cut_short)
         p.activity = when
-        if p.stall is not None and p.stall.get("resumed") is None and p.stall["time"] is not None and \
-                when >= p.stall["time"]:
-            p.stall["resumed"] = when  # its wait ended then: a child it waited for ended about then
+        if p.stall is not None and p.stall.resumed is None and p.stall.time is not None and \
+                when >= p.stall.time:
+            p.stall.resumed = when  # its wait ended then: a child it waited for ended about then
         if kind not in ("start", "probe") and not (kind == "phase" and record["msg"].split(" ", 2)[1:2] == ["import"]):
             p.starting = False
     _event(folder, p, kind, when, record["msg"])
@@ -423,16 +422,16 @@ def _event(folder, p, kind, when, text):
                 folder.newer = p.version
     elif kind == "exit":
         m = _EXIT.search(text)
-        p.exit_status = int(m.group(1)) if m else None
-        p.exit_time = when
+        p.exit.status = int(m.group(1)) if m else None
+        p.exit.time = when
         how = _EXIT_CALL.search(text)
-        p.exit_call = how.group(1) if how else p.exit_call  # a later 120 record keeps the call
+        p.exit.call = how.group(1) if how else p.exit.call  # a later 120 record keeps the call
         if _ENDED_BY_US in text:  # EARLYLOG_STALL_EXIT ended it (runtime/act.py)
-            p.exit_call = text[text.index(_ENDED_BY_US):]
+            p.exit.call = text[text.index(_ENDED_BY_US):]
         by = _EXIT_FROM.search(text)
-        p.exit_from = (by.group(1), by.group(2)) if by else p.exit_from
+        p.exit.by = (by.group(1), by.group(2)) if by else p.exit.by
         flush = _EXIT_FLUSH.search(text)
-        p.exit_flush = (flush.group(1), flush.group(2), bool(flush.group(3))) if flush else None
+        p.exit.flush = (flush.group(1), flush.group(2), bool(flush.group(3))) if flush else None
     elif kind in ("exception", "stall", "dump", "signal", "fatal"):
         p.block = Block(kind, when, text)
     elif kind == "phase":
@@ -572,33 +571,33 @@ def _close_block(p):
     elif kind == "gil":
         _gil(p, when, text, threads)
     elif kind == "dump":
-        if threads and p.stall is not None and not p.stall["dumped"] and p.stall["over"] is None:
-            p.stall["threads"], p.stall["dumped"] = threads, True
+        if threads and p.stall is not None and not p.stall.dumped and p.stall.over is None:
+            p.stall.threads, p.stall.dumped = threads, True
     elif kind == "fatal":
-        p.crash = {"what": text, "time": when, "threads": threads}
+        p.crash = Crash(text, when, threads)
     elif kind == "signal":
-        p.signal = Signalled(text, when, threads, p.exit_status is not None)
+        p.signal = Signalled(text, when, threads, p.exit.status is not None)
 
 
 def _stall(p, when, text):
     if text.startswith("over"):
         if p.stall is not None:
-            p.stall["over"] = when
+            p.stall.over = when
     elif text.startswith("the GIL"):  # the watchdog ran again: the GIL stall before it is over
         if p.gil is not None and p.gil["over"] is None:
             p.gil["over"] = when
-        if p.stall is not None and p.stall.get("gil") and p.stall["over"] is None:
-            p.stall["over"] = when
+        if p.stall is not None and p.stall.gil and p.stall.over is None:
+            p.stall.over = when
     else:
         # Its dump is written a moment after this line: a report read in between keeps the
         # stacks of the stall before, rather than none.
-        earlier = p.stall["threads"] if p.stall is not None and p.stall["over"] is None else []
-        p.stall = {"time": when, "text": text, "threads": earlier, "over": None, "dumped": False}
+        earlier = p.stall.threads if p.stall is not None and p.stall.over is None else []
+        p.stall = Stall(when, text, earlier)
         m = _NO_PROGRESS.match(text)
         if m and when is not None:
             # Output goes on during such a stall: only its `over` line ends it; it began
             # `seconds` before its line (the last step, or the thread's last move).
-            p.stall["noisy"], p.stall["since"] = True, when - float(m.group(1))
+            p.stall.noisy, p.stall.since = True, when - float(m.group(1))
 
 
 def _gil(p, when, text, threads):
@@ -612,11 +611,10 @@ def _gil(p, when, text, threads):
         # The timer fired `seconds` after the watchdog's last beat, and that beat came at most a
         # third of the timeout (at most 5 s) before the last line: the process was there then.
         p.last = max(p.last, when + seconds - min(seconds / 3.0, 5.0))
-    if p.stall is None or p.stall["over"] is not None:
-        p.stall = {"time": when, "text": "the GIL was held (faulthandler's %s)" % text.rstrip("!"),
-                   "threads": threads, "over": None, "dumped": True, "gil": True}
-    elif not p.stall["dumped"]:
-        p.stall["threads"], p.stall["dumped"] = threads, True
+    if p.stall is None or p.stall.over is not None:
+        p.stall = Stall(when, "the GIL was held (faulthandler's %s)" % text.rstrip("!"), threads, dumped=True, gil=True)
+    elif not p.stall.dumped:
+        p.stall.threads, p.stall.dumped = threads, True
 
 
 def own(p, path):
@@ -628,7 +626,7 @@ def _without_own_frames(p, threads):
     """earlylog's frames never stand as the program's: drop them, and threads made only of them."""
     kept = []
     for t in threads:
-        at = [i for i, f in enumerate(t.frames) if not own(p, f[0])]
+        at = [i for i, f in enumerate(t.frames) if not own(p, f.file)]
         if at or not t.frames:
             t.code = {new: t.code[old] for new, old in enumerate(at) if old in t.code}
             t.frames = [t.frames[i] for i in at]
@@ -646,11 +644,11 @@ def parse_threads(lines):
                 cur = Thread("thread")
                 threads.append(cur)
             if m.group(1) is not None:
-                cur.frames.append((m.group(1), int(m.group(2)), m.group(3) or "<source>"))
+                cur.frames.append(Frame(m.group(1), int(m.group(2)), m.group(3) or "<source>"))
             else:
                 if m.group(7):
                     cur.code[len(cur.frames)] = m.group(7)
-                cur.frames.append((m.group(4), int(m.group(5)), m.group(6)))
+                cur.frames.append(Frame(m.group(4), int(m.group(5)), m.group(6)))
             continue
         text = line.strip()
         if not text:

@@ -13,6 +13,7 @@ import time
 
 from earlylog.read import frames, greenlets, idle
 from earlylog.read.causes import Cause, first_line, label, secs
+from earlylog.read.model import Frame
 from earlylog.runtime import notes  # the grammar of the runtime's notes under a thread in a dump
 _MODULE = re.compile(r"/(?:site|dist)-packages/(.+)\.py$|/lib/python\d[\d.]*/(.+)\.py$")
 _LOCKS = ("lock", "semaphore")
@@ -79,7 +80,7 @@ class Stall:
 
     def __init__(self, d, p, parent):
         self.d, self.p, self.parent = d, p, parent
-        self.threads = [_Thread(t) for t in p.stall["threads"]] \
+        self.threads = [_Thread(t) for t in p.stall.threads] \
             if d["stall"] is not None and p.stall is not None else None
         self.by_ident = {t.ident: t for t in self.threads or () if t.ident}
         self.cycles = _cycles(self.threads, self.by_ident) if self.threads is not None else []
@@ -98,7 +99,7 @@ def stalls(report, folder):
 # what one cause supersedes (a deadlock, the lock waits in it) is the registry's to drop ----------
 
 def gil(s):
-    return _gil(s.d, s.p) if s.p.stall.get("gil") else []
+    return _gil(s.d, s.p) if s.p.stall.gil else []
 
 
 def deadlocks(s):
@@ -143,7 +144,7 @@ def unset(s):
 
 
 def hub(s):
-    return greenlets.causes(s.d, s.p.stall["threads"])
+    return greenlets.causes(s.d, s.p.stall.threads)
 
 
 def overflow(s):
@@ -216,7 +217,7 @@ def _lock(d, t, by_ident):
         if holder.busy:
             return []  # it waits its turn while the holder computes: contention, not a hang
         text = "%s; thread %s holds it (%s) and %s" % (head, holder.name, _how(facts), holder.now())
-        taken = frames.place((facts["file"], int(facts["line"]))) if facts["how"] else "?"
+        taken = frames.place(Frame(facts["file"], int(facts["line"]), facts["func"])) if facts["how"] else "?"
         if facts["how"] == "acquire()":
             step = "make %s release %s on every path (taken at %s); `with %s:` instead of acquire() does that" % (
                 facts["func"], name, taken, expr)
@@ -286,11 +287,11 @@ def _flush_for_parent(d, t, by_ident, parent):
     """Does t wait for its multiprocessing Queue's feeder thread to flush into a pipe, while the
     parent waits for this process to end? The parent's queue-join cause tells that deadlock whole."""
     target = by_ident.get(t.joins["ident"])
-    if target is None or not any(f[2] == "_feed" and frames.is_file(f[0], "multiprocessing/queues.py")
+    if target is None or not any(f.function == "_feed" and frames.is_file(f.file, "multiprocessing/queues.py")
                                  for f in target.frames):
         return False
     stall = parent.stall if parent is not None else None
-    return bool(stall) and any(c.pid == d["pid"] for pt in stall["threads"] for c in notes.every(pt.notes, notes.Child))
+    return bool(stall) and any(c.pid == d["pid"] for pt in stall.threads for c in notes.every(pt.notes, notes.Child))
 
 
 def _join(d, t, by_ident, in_cycle):
@@ -313,7 +314,7 @@ def _starved(d, threads):
     pools = {}
     for t in threads:
         m = _POOL_WORKER.match(t.name)
-        if m and any(f[2] == "_worker" and f[0].endswith(_POOL_FILE) for f in t.frames):
+        if m and any(f.function == "_worker" and f.file.endswith(_POOL_FILE) for f in t.frames):
             pools.setdefault(m.group(1), []).append(t)
     out = []
     for pool, workers in sorted(pools.items()):
@@ -341,7 +342,7 @@ def _shutdown(d, threads):
     the process alive."""
     main = next((t for t in threads if t.main), None)
     top = main.frames[0] if main and main.frames else None
-    if top is None or top[2] != "_shutdown" or os.path.basename(top[0]) != "threading.py":
+    if top is None or top.function != "_shutdown" or os.path.basename(top.file) != "threading.py":
         return []
     keep = [t for t in threads if not t.main and t.daemon is False]
     if not keep:
@@ -424,7 +425,7 @@ def _unmarked(d, threads):
 def _unset(d, threads):
     """A Future no worker has started, waited on in a process with no executor's worker thread: a
     Future made by hand whose result nothing is left to set (or an executor already shut down)."""
-    if any(_POOL_WORKER.match(t.name) or any("concurrent/futures/" in f[0] for f in t.frames)
+    if any(_POOL_WORKER.match(t.name) or any("concurrent/futures/" in f.file for f in t.frames)
            for t in threads if not t.wait or t.wait["kind"] != "future"):
         return []  # an executor's work (a thread pool's worker, a process pool's manager): it may yet run it
     return [Cause(
@@ -446,7 +447,7 @@ def _waiting_on(wait):
 # --- C code holding the GIL ------------------------------------------------------------------
 
 def _gil(d, p):
-    threads = [_Thread(t) for t in p.stall["threads"] if t.frames]
+    threads = [_Thread(t) for t in p.stall.threads if t.frames]
     t = next((t for t in threads if t.main), threads[0] if threads else None)
     if t is None:
         return []
@@ -463,13 +464,13 @@ def _gil(d, p):
 def _c_call(stack):
     """`re.match` for the innermost frame when it is a library's, else None (the C call is then
     on the user's own line)."""
-    if not stack or not frames.library(stack[0][0]):
+    if not stack or not frames.library(stack[0].file):
         return None
-    m = _MODULE.search(stack[0][0])
+    m = _MODULE.search(stack[0].file)
     if m is None:
-        return stack[0][2]
+        return stack[0].function
     module = (m.group(1) or m.group(2)).replace("/", ".")
-    return "%s.%s" % (module[:-len(".__init__")] if module.endswith(".__init__") else module, stack[0][2])
+    return "%s.%s" % (module[:-len(".__init__")] if module.endswith(".__init__") else module, stack[0].function)
 
 
 # --- crashes ---------------------------------------------------------------------------------
@@ -478,10 +479,10 @@ def _overflow(d, p):
     """A stack whose innermost function, or cycle of a few functions, repeats far down is a stack
     overflow: in a crash (faulthandler writes 100 frames, then `...`) or a RecursionError's traceback."""
     if p.crash is not None:
-        crashed = next((t for t in p.crash["threads"] if t.header.startswith("Current thread")), None)
+        crashed = next((t for t in p.crash.threads if t.header.startswith("Current thread")), None)
         if crashed is None:
             return []
-        stack, name, cut, ending = crashed.frames, crashed.name, "..." in crashed.notes, "the " + p.crash["what"]
+        stack, name, cut, ending = crashed.frames, crashed.name, "..." in crashed.notes, "the " + p.crash.what
         depth, cycle = _repeats(stack)
     elif p.exception is not None and p.exception.text.startswith("RecursionError"):
         stack, name, cut, ending = p.exception.frames, "MainThread", p.exception.cut > 0, p.exception.text
@@ -495,13 +496,13 @@ def _overflow(d, p):
         return []
     # The recursive call: the line the cycle's frames stand on most often (the innermost may be
     # the function's first line, where the crash caught it entering).
-    calls = [f for f in stack[:depth] if f[2] == cycle[0][2] and f[0] == cycle[0][0]]
+    calls = [f for f in stack[:depth] if f.function == cycle[0].function and f.file == cycle[0].file]
     top = max(calls, key=calls.count)
-    through = " (through %s)" % ", ".join(f[2] for f in cycle[1:]) if len(cycle) > 1 else ""
+    through = " (through %s)" % ", ".join(f.function for f in cycle[1:]) if len(cycle) > 1 else ""
     return [Cause("stack-overflow", "%s: stack overflow: %s%s recursed %s%d deep, until %s" % (
         label(d), frames.where(top), through, "at least " if cut else "", depth, ending),
         "make %s iterative, or bound its depth (%s)%s" % (
-            top[2], _place(top), "; a sys.setrecursionlimit above what the C stack holds turns a RecursionError "
+            top.function, _place(top), "; a sys.setrecursionlimit above what the C stack holds turns a RecursionError "
                                  "into this crash" if p.crash is not None else ""),
         [d["pid"]], [name])]
 
@@ -509,7 +510,7 @@ def _overflow(d, p):
 def _repeats(stack):
     """(how many frames from the innermost repeat one cycle of functions, that cycle's frames):
     one function calling itself, or a few calling each other round (visit > generic_visit)."""
-    keys = [(f[0], f[2]) for f in stack]
+    keys = [(f.file, f.function) for f in stack]
     best = (min(1, len(stack)), stack[:1])
     for k in range(1, 6):
         n = k
@@ -614,7 +615,7 @@ def _how(facts, func=True):
     """`with block at x.py:6 in f` or `acquired in f at x.py:10, never released since`."""
     if not facts or not facts["how"]:
         return "where is not known"
-    place = frames.place((facts["file"], int(facts["line"])))
+    place = frames.place(Frame(facts["file"], int(facts["line"]), facts["func"]))
     if facts["how"] == "with block":
         return "with block at %s%s" % (place, " in " + facts["func"] if func else "")
     return "acquired%s at %s, never released since" % (" in " + facts["func"] if func else "", place)

@@ -48,9 +48,9 @@ _STUCK = re.compile(r"(?:^|; )thread (.+?) made no progress for ")
 
 def _stuck_thread(stall):
     """The thread a stall line names as the one that made no progress, else the main thread."""
-    m = _STUCK.search(stall["text"]) if stall.get("noisy") else None
-    named = next((t for t in stall["threads"] if m and t.name == m.group(1)), None)
-    return named or _main_thread(stall["threads"])
+    m = _STUCK.search(stall.text) if stall.noisy else None
+    named = next((t for t in stall.threads if m and t.name == m.group(1)), None)
+    return named or _main_thread(stall.threads)
 
 
 def _thread_dict(t):
@@ -87,10 +87,10 @@ def _process(p, now, here):
          "job": p.place.get("job"), "command": p.argv, "idle": None, "checked_here": False, "kernel_state": None,
          "killed_by": None, "still_starting": p.starting,
          "files": [os.path.basename(f) for f in p.files], "start": p.first, "last_seen": p.last,
-         "end": None, "state": None, "status": p.exit_status, "summary": "", "where": None, "phase": None,
+         "end": None, "state": None, "status": p.exit.status, "summary": "", "where": None, "phase": None,
          "stall": None, "crash": None, "exception": None, "memory": _memory(p), "warnings": list(p.warnings),
          "phases": [{"name": e.name, "begin": e.begin, "end": e.end, "outcome": e.outcome} for e in p.phases + p.open],
-         "children": [], "waited_by": None, "retrying": None, "earlylog": p.version, "exit_call": p.exit_call, "exit_note": None, "exit_next": None}
+         "children": [], "waited_by": None, "retrying": None, "earlylog": p.version, "exit_call": p.exit.call, "exit_note": None, "exit_next": None}
     if p.open:
         d["phase"] = p.open[-1].name
     raised = _raised(p)
@@ -99,23 +99,23 @@ def _process(p, now, here):
                           "printed": raised is not p.exception}
     # A stall told while other threads printed (a thread that made no progress, no training step)
     # is not ended by their output: only by its `over` line.
-    stalled_at_end = p.stall is not None and p.stall["over"] is None and \
-        (p.stall.get("noisy") or p.activity is None or p.stall["time"] is None or p.stall["time"] >= p.activity)
-    cut = not stalled_at_end and p.stall is not None and p.stall["over"] is None and _cut_short(p)
+    stalled_at_end = p.stall is not None and p.stall.over is None and \
+        (p.stall.noisy or p.activity is None or p.stall.time is None or p.stall.time >= p.activity)
+    cut = not stalled_at_end and p.stall is not None and p.stall.over is None and _cut_short(p)
     if stalled_at_end or cut:
         stalled_at_end = True
         main = _stuck_thread(p.stall)
-        d["stall"] = {"since": p.before_exit if cut else p.activity, "text": p.stall["text"], "threads": [_thread_dict(t) for t in p.stall["threads"]],
+        d["stall"] = {"since": p.exit.before if cut else p.activity, "text": p.stall.text, "threads": [_thread_dict(t) for t in p.stall.threads],
                       "main": _thread_dict(main) if main else None}
         d["where"] = frame_dict(user_frame(main.frames)) if main else None
     # Local: this host's /proc can say whether it still runs. Without a readable time a reused
     # pid cannot be told apart, so liveness then stays unknown.
     local = d["checked_here"] = (p.host is None or p.host == here) and p.first is not None
-    ended = p.crash is not None or p.exit_status is not None or p.signal is not None
+    ended = p.crash is not None or p.exit.status is not None or p.signal is not None
     letter = d["kernel_state"] = _alive(p.pid, p.first) if local and not ended else None  # running here
     if p.crash is not None:
         _crashed(d, p)
-    elif p.exit_status is not None:
+    elif p.exit.status is not None:
         _exited(d, p)
     elif p.signal is not None:
         _signalled(d, p)
@@ -141,7 +141,7 @@ def _process(p, now, here):
             d["state"] = "stalled"
             d["summary"] = "%s until %s own code around that call ended the process (%s): a hang cut short, the " \
                            "call never returned" % (d["stall"]["summary"], "Ray's" if _ray(d) else "the library's",
-                                                    p.exit_call.split(", from ")[0])
+                                                    p.exit.call.split(", from ")[0])
     elif d["state"] == "running":
         d["summary"] = "running, last sign of life %s ago" % secs(now - (p.last or now))
     if d["state"] in ("running", "stalled", "idle", "busy") and letter in _STOPPED:
@@ -168,13 +168,13 @@ def _idle(d, p):
     sleep loop), or whose worker pool titles it idle (`ray::IDLE`), is idleness, not a hang: state
     `idle`, and the reason (see idle.py)."""
     # A thread the watchdog saw make no progress on a partner, or no training step, is no idleness.
-    d["idle"] = None if p.stall.get("noisy") else (
-        idle.reason(p.stall["threads"]) or idle.by_title(p.title) or idle.at_terminal([p.stall["text"]]))
+    d["idle"] = None if p.stall.noisy else (
+        idle.reason(p.stall.threads) or idle.by_title(p.title) or idle.at_terminal([p.stall.text]))
     if d["idle"] and async_causes.orphaned(p):
         d["idle"] = None  # a task died, and the others wait for what it would have produced
     if d["idle"] and d["state"] == "stalled":
         d["state"] = "idle"
-    elif d["state"] == "stalled" and busy(p.stall["text"]):
+    elif d["state"] == "stalled" and busy(p.stall.text):
         d["state"] = "busy"  # its CPU time still rose: computing (docs/design.md#busy-is-not-stuck)
 
 
@@ -185,29 +185,29 @@ def _elsewhere(d, p, now):
 
 
 def _crashed(d, p):
-    main = _main_thread(p.crash["threads"])
-    signal = _CRASHES.get(p.crash["what"])
-    d["crash"] = {"what": p.crash["what"], "signal": signal,
-                  "threads": [_thread_dict(t) for t in p.crash["threads"]]}
+    main = _main_thread(p.crash.threads)
+    signal = _CRASHES.get(p.crash.what)
+    d["crash"] = {"what": p.crash.what, "signal": signal,
+                  "threads": [_thread_dict(t) for t in p.crash.threads]}
     d["where"] = frame_dict(user_frame(main.frames)) if main else None
     d["state"], d["end"] = "crashed", p.last
-    d["summary"] = "crashed: %s%s in %s" % (p.crash["what"], " (%s)" % signal if signal else "",
+    d["summary"] = "crashed: %s%s in %s" % (p.crash.what, " (%s)" % signal if signal else "",
                                              where(user_frame(main.frames) if main else None))
 
 
 def _exited(d, p):
-    d["end"] = p.exit_time
-    d["state"] = "exited" if p.exit_status == 0 else "failed"
-    d["summary"] = "exited with status %d after %s" % (p.exit_status, _span(p.first, p.exit_time))
-    if p.exit_flush is not None:
+    d["end"] = p.exit.time
+    d["state"] = "exited" if p.exit.status == 0 else "failed"
+    d["summary"] = "exited with status %d after %s" % (p.exit.status, _span(p.first, p.exit.time))
+    if p.exit.flush is not None:
         _flush_failed(d, p)
-    elif p.exit_from is not None and p.exit_call and p.exit_call.startswith("os._exit(") and _os_exit(d, p):
+    elif p.exit.by is not None and p.exit.call and p.exit.call.startswith("os._exit(") and _os_exit(d, p):
         d["summary"] += ": " + d["exit_note"]
-    elif d["exception"] is not None and p.exit_status != 0:
+    elif d["exception"] is not None and p.exit.status != 0:
         d["where"] = d["exception"]["frame"]
         d["summary"] += ": %s in %s" % (first_line(d["exception"]["text"]), where(frame_tuple(d["where"])))
-    elif p.exit_status != 0 and p.exit_call:
-        d["summary"] += ": " + p.exit_call  # sys.exit(3) in load_config at cfg.py:5
+    elif p.exit.status != 0 and p.exit.call:
+        d["summary"] += ": " + p.exit.call  # sys.exit(3) in load_config at cfg.py:5
     elif _lost_work(d):
         d["summary"] += ", but %s in %s" % (first_line(d["exception"]["text"]),
                                             where(frame_tuple(d["exception"]["frame"])))
@@ -227,11 +227,11 @@ def _cut_short(p):
     frame that the stuck call was running inside: Ray's worker loop exits with sys.exit(0) when its
     driver gives up or shuts down, leaving a task's function that never returned. The program's own
     exit after a slow call (from its own code) is no such story: its call returned."""
-    at = _EXIT_AT.search(p.exit_call or "")
-    if at is None or p.exit_status != 0 or p.stall["time"] is None or (p.before_exit or 0) > p.stall["time"]:
+    at = _EXIT_AT.search(p.exit.call or "")
+    if at is None or p.exit.status != 0 or p.stall.time is None or (p.exit.before or 0) > p.stall.time:
         return False
-    frames = _stuck_thread(p.stall).frames if p.stall["threads"] else []
-    user = next((i for i, f in enumerate(frames) if not library(f[0])), None)
+    frames = _stuck_thread(p.stall).frames if p.stall.threads else []
+    user = next((i for i, f in enumerate(frames) if not library(f.file)), None)
     return user is not None and any(
         func == at.group(1) and os.path.basename(path) == at.group(2) and library(path)
         for path, _line, func in frames[user + 1:])
@@ -244,17 +244,17 @@ def _ray(d):
 def _os_exit(d, p):
     """os._exit called by the program's own code, or from a thread other than the main one: the
     process ended at once, and nothing it had left to do ran."""
-    by, main_at = p.exit_from
+    by, main_at = p.exit.by
     skipped = "without running finally blocks or atexit callbacks or flushing buffered output"
     if by == "the main thread" and p.forked:
         return  # a child made by os.fork() ends so on purpose: its parent's atexit and buffers are not its own
     if by == "the main thread":
-        d["exit_note"] = "ended by %s: os._exit ends the process at once, %s" % (p.exit_call, skipped)
+        d["exit_note"] = "ended by %s: os._exit ends the process at once, %s" % (p.exit.call, skipped)
         d["exit_next"] = "use sys.exit() unless skipping that clean-up is meant"
         return True
     d["exit_note"] = "ended by %s, called from %s%s: os._exit ends the whole process from any thread, at once, " \
                      "%s, so the main thread's work stopped there" % (
-                         p.exit_call, by, " while the main thread was in " + main_at if main_at else "", skipped)
+                         p.exit.call, by, " while the main thread was in " + main_at if main_at else "", skipped)
     d["exit_next"] = "if that thread meant to end only itself, return from its function (or raise); to end the " \
                      "program, tell the main thread (a threading.Event it checks) and let it exit with sys.exit()"
     return True
@@ -262,7 +262,7 @@ def _os_exit(d, p):
 
 def _flush_failed(d, p):
     """Status 120: the program ended, then the interpreter's last flush of its output failed."""
-    stream, error, gone = p.exit_flush
+    stream, error, gone = p.exit.flush
     d["summary"] += ": the program ended, then flushing its %s at exit failed with %s" % (stream, error)
     if gone:
         d["summary"] += ": the reader of its output went away (`| head`, a closed terminal or GUI) before it " \
@@ -288,7 +288,7 @@ def _lost_work(d):
 def _raised(p):
     """The exception that ended the process: our `exception:` record, else, for one that exited
     with an error, the last traceback it printed on stderr (multiprocessing's children do so)."""
-    if p.exception is not None or p.exit_status in (None, 0):
+    if p.exception is not None or p.exit.status in (None, 0):
         return p.exception
     return p.printed
 
@@ -304,7 +304,7 @@ def _stall_summary(d, p, now, local):
     """`stalled for 41 s in load at train.py:12 (phase X); blocked: ...`, as the summary of a
     process still stalled, or appended to how it ended."""
     upto = now if d["state"] in ("stalled", "idle", "busy") and local else p.last
-    silent = (upto or now) - (p.stall.get("since") or d["stall"]["since"] or p.first or now)
+    silent = (upto or now) - (p.stall.since or d["stall"]["since"] or p.first or now)
     d["stall"]["seconds"] = round(silent, 1)
     main = d["stall"]["main"]
     place = where(frame_tuple(d["where"])) if main else "an unknown place (no stack was written)"
@@ -318,11 +318,11 @@ def _stall_summary(d, p, now, local):
         text = "idle for %s: %s, in %s" % (secs(silent), d["idle"], place)
     else:
         text = "%s for %s in %s" % ("busy" if d["state"] == "busy" else "stalled", secs(silent), place)
-        steps = _STEPS.match(p.stall["text"]) if p.stall.get("noisy") else None
+        steps = _STEPS.match(p.stall.text) if p.stall.noisy else None
         if steps:  # `stalled: no training step for 41 s (steps came every ~0.2 s before; last step 5), in ...`
             text = "%s: no training step for %s (%s), in %s" % (
                 "busy" if d["state"] == "busy" else "stalled", secs(silent), steps.group(1), place)
-        elif p.stall.get("noisy"):
+        elif p.stall.noisy:
             text += ", while other threads kept printing (thread %s made no progress)" % main["name"]
         if d["phase"]:
             text += " (phase %s)" % d["phase"]
@@ -347,7 +347,7 @@ def _awaited(main):
     if not in_event_loop(main.frames):
         return None
     leaves = [(user_frame(frames), what) for _name, frames, what in task_chains(main.notes)
-              if frames and not library(user_frame(frames)[0])
+              if frames and not library(user_frame(frames).file)
               and not (what or "").startswith(("task ", "gather of "))]
     if not leaves:
         return None
@@ -452,12 +452,12 @@ def _retrying(d, p):
                      "seconds": counted.seconds if counted else None, "frame": t["frame"]}
             break
     newest = max(p.retrying.values(), key=lambda r: r["time"] or 0) if p.retrying else None
-    dumped_since = p.stall is not None and p.stall["time"] is not None and newest is not None and \
-        newest["time"] is not None and p.stall["time"] > newest["time"]  # a later dump shows no retry: over
+    dumped_since = p.stall is not None and p.stall.time is not None and newest is not None and \
+        newest["time"] is not None and p.stall.time > newest["time"]  # a later dump shows no retry: over
     if found is None and newest is not None and newest["time"] is not None and p.last is not None and \
             not dumped_since and newest["time"] >= p.last - max(60.0, 2 * (p.stall_after or 30.0)):
         found = dict(newest, thread=next(k for k, v in p.retrying.items() if v is newest), frame=None)
-    if found is None or p.exit_status is not None or p.crash is not None:
+    if found is None or p.exit.status is not None or p.crash is not None:
         return
     words = notes.parse("handling: " + found["handling"])  # a dump's note, or the `retrying:` line's words
     found["error"], found["raised_in"], found["address"] = words.error, words.raised, words.target
@@ -493,10 +493,10 @@ def _killed_while_waited(out, by_key, procs):
         parent = by_key.get((p.host, p.pid))
         stall = p.stall
         # The parent must have outlived the child: a run killed whole ends both at once (run-stopped).
-        if stall is None or parent is None or stall.get("resumed") is None and \
+        if stall is None or parent is None or stall.resumed is None and \
                 parent["state"] in ("vanished", "killed", "crashed", "unknown"):
             continue
-        for t in stall["threads"]:
+        for t in stall.threads:
             # A wait with no time limit (the kernel's do_wait, a pipe read): one with a timeout polls
             # and sleeps, and its caller may kill the child itself when the time is up.
             if not any(n.startswith(_BLOCKING_WAITS) for n in t.notes):
@@ -510,7 +510,7 @@ def _killed_while_waited(out, by_key, procs):
                 # No exit record: SIGKILL, which nothing can catch; a `killed` one wrote SIGTERM's stacks.
                 signal = "SIGKILL" if d["state"] == "vanished" else "SIGTERM"
                 yield d, {"waited_by": {"pid": p.pid, "thread": t.name, "frame": frame_dict(frame), "code": code,
-                                        "call": call_name(t.frames), "until": stall.get("resumed"),
+                                        "call": call_name(t.frames), "until": stall.resumed,
                                         "command": command, "signal": signal},
                           "state": "killed", "summary": "killed by %s while pid %d (%s) waited for it in %s" % (
                               signal, p.pid, parent["tag"] if parent else "?", where(frame))}

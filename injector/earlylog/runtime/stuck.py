@@ -11,7 +11,6 @@ several times its slowest recent interval (runtime/progress.py). It must never p
 code: it reads sys._current_frames(), frame slots, a Thread's instance dict and cheap /proc files
 only; what it imports (kstate, waits, children, aio, stacks) it imports under threads.gated."""
 import os
-import re
 import sys
 import time
 from _thread import get_ident
@@ -30,22 +29,12 @@ except (AttributeError, ValueError, OSError):
 PARTNER = ("futex", "read", "write", "poll", "connect", "wait", "waitid", "flock", "fcntl", "open")
 _OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # earlylog's own frames
 _LIBRARY = ("/site-packages/", "/dist-packages/", "<frozen")
-# Where a thread parks between pieces of work (read/idle.py's list, by file and function; and a
-# server's accept() with a timeout, which polls) and the frames that may be inside it: the waiting.
-_WORK = (("socketserver.py", "serve_forever"), ("socket.py", "accept"), ("grpc/_server.py", "wait_for_termination"),
-         ("concurrent/futures/thread.py", "_worker"), ("concurrent/futures/process.py", "_process_worker"),
-         ("multiprocessing/pool.py", "worker"), ("torch/utils/data/_utils/worker.py", "_worker_loop"),
-         ("ray/_private/worker.py", "main_loop"), ("multiprocessing/resource_tracker.py", "main"),
-         ("multiprocessing/forkserver.py", "main"))
-# A library's own run loop sleeping between rounds (Ray's monitor and log monitor), by the name of
-# the function that sleeps (read/idle.py's _RUN_LOOP).
-_RUN_LOOP = re.compile(r"(?:^|_)(?:run|loop|forever|serve|monitor)(?:_|$)")
-_QUEUES = ("queue.py", "multiprocessing/queues.py")
-# asyncio awaits that mean a task waits for work: a server, a queue, a sleep (read/idle.py's).
-_ASYNC_WORK = (("asyncio/base_events.py", "serve_forever"), ("asyncio/queues.py", "get"),
-               ("asyncio/tasks.py", "sleep"), ("grpc/aio/_server.py", "wait_for_termination"))
-_PLUMBING = ("selectors.py", "threading.py", "queue.py", "socket.py", "multiprocessing/queues.py",
-             "multiprocessing/connection.py", "multiprocessing/synchronize.py")
+# Where a thread parks between pieces of work, and the frames that may be inside it: the waiting
+# (runtime/notes.py's WORK and PLUMBING, which the report judges idleness by), and here also a
+# server's accept() with a timeout, which polls. notes is loaded at the first judgement, not here:
+# the watchdog's beats load this module, and the grammar waits for a dump.
+_POLLED_WORK = (("socket.py", "accept"),)
+_POLLED_PLUMBING = ("socket.py",)
 
 
 # --- the look at each beat -------------------------------------------------------------------
@@ -246,12 +235,7 @@ def _judge(ident, tid, frame):
     on other children, the second item is (their pids, their CPU time): while it rises, they work."""
     from earlylog.runtime import aio, children, kstate
     call = kstate.syscall(tid)
-    stack = []
-    f = frame
-    while f is not None and len(stack) < MAX_FRAMES:
-        stack.append((f.f_code.co_filename, f.f_code.co_name, f.f_lineno))
-        f = f.f_back
-    users = [i for i, (path, _func, _line) in enumerate(stack) if not _library(path)]
+    stack, users = _stack(frame)
     if call is not None and call[0] in PARTNER + ("sleep",) and users and aio.in_step(frame):
         # Still inside one task's step (or callback) of an event loop: no other task of that loop
         # runs, a sleep included (a coroutine's time.sleep is no poll loop). read/async_causes.py
@@ -273,6 +257,15 @@ def _judge(ident, tid, frame):
     user = stack[users[0]] if users else stack[0]
     return "%s at %s:%d in %s" % (_waiting(frame, tid), os.path.basename(user[0]), user[2], user[1]), \
         [pids, _cpu(pids), False] if pids else None
+
+
+def _stack(frame):
+    """([(file, function, line)] innermost first, the indexes of the program's own frames)."""
+    stack = []
+    while frame is not None and len(stack) < MAX_FRAMES:
+        stack.append((frame.f_code.co_filename, frame.f_code.co_name, frame.f_lineno))
+        frame = frame.f_back
+    return stack, [i for i, (path, _func, _line) in enumerate(stack) if not _library(path)]
 
 
 def _children():
@@ -300,11 +293,14 @@ def _cpu(pids):
 
 
 def _parked(stack, inner, main, users):
-    plumbing = lambda frames: all(any(_is(p, s) for s in _PLUMBING) for p, _f, _l in frames)  # noqa: E731
+    from earlylog.runtime import notes
+    work = [(suffix, name) for suffix, name, _words in notes.WORK] + list(_POLLED_WORK)
+    plumbing = lambda frames: all(any(_is(p, s) for s in notes.PLUMBING + _POLLED_PLUMBING)  # noqa: E731
+                                  for p, _f, _l in frames)
     for i, (path, func, _line) in enumerate(stack):
-        if any(func == name and _is(path, suffix) for suffix, name in _WORK) and plumbing(stack[:i]):
+        if any(func == name and _is(path, suffix) for suffix, name in work) and plumbing(stack[:i]):
             return True  # a server or a pool's worker between pieces of work
-        if not main and func == "get" and any(_is(path, q) for q in _QUEUES) and plumbing(stack[:i]):
+        if not main and func == "get" and any(_is(path, q) for q in notes.QUEUES) and plumbing(stack[:i]):
             return True  # a thread draining a queue waits for work
     if any(func == "_run_once" and _is(path, "asyncio/base_events.py") for path, func, _l in stack):
         return True  # an event loop: its tasks tell what it waits for
@@ -324,24 +320,19 @@ def waiting_for_work():
     parked. Such a process's silence is its idleness: the watchdog keeps its stall line off the
     console (read/idle.py judges the dump the same way). Called in the watchdog thread under
     threads.gated; reads frames and the loop's task set, runs none of the program's code."""
-    from earlylog.runtime import kstate, stacks
+    from earlylog.runtime import kstate, notes, stacks
     main_ident = our_threads.main_ident()
     tids = _kernel_ids()
     parked = serving = stopping = False
     for ident, frame in sys._current_frames().items():
         if ident == get_ident() or our_threads.name_of(ident) is not None:
             continue
-        stack = []
-        f = frame
-        while f is not None and len(stack) < MAX_FRAMES:
-            stack.append((f.f_code.co_filename, f.f_code.co_name, f.f_lineno))
-            f = f.f_back
-        users = [i for i, (path, _func, _line) in enumerate(stack) if not _library(path)]
+        stack, users = _stack(frame)
         main = ident == main_ident
         serving = serving or any(func in ("serve_forever", "wait_for_termination") for _p, func, _l in stack)
         if not users and not main:
             continue  # a library's own helper thread (a pool's, a gRPC poller), or a server's
-        if not users and stack and _RUN_LOOP.search(stack[0][1]) and tids.get(ident) is not None and \
+        if not users and stack and notes.run_loop(stack[0][1]) and tids.get(ident) is not None and \
                 (kstate.syscall(tids[ident]) or ("",))[0] == "sleep":
             parked = True  # a library's run loop between rounds
             continue
@@ -369,8 +360,9 @@ def waiting_for_work():
 def _task_waits_for_work(chain, server_read):
     """A library's own task, or one that awaits a server, a queue, a sleep or its client's next
     request (read/idle.py's _loop_tasks)."""
+    from earlylog.runtime import notes
     return server_read or all(_library(path) for path, _func in chain) or \
-        any(func == name and _is(path, suffix) for path, func in chain for suffix, name in _ASYNC_WORK)
+        any(func == name and _is(path, suffix) for path, func in chain for suffix, name in notes.ASYNC_WORK)
 
 
 def _waiting(frame, tid):
