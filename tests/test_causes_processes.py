@@ -598,22 +598,22 @@ def test_a_multiprocessing_lock_whose_likely_holder_was_killed_names_it(tmp_path
 
 def test_peers_read_pipes_and_children_without_touching_them():
     """The runtime's own look: a pipe's other end, a child's state, and a child that is gone."""
-    from earlylog.runtime import peers
+    from earlylog.runtime import children, procs
     r, w = os.pipe()
     child = subprocess.Popen(["sleep", "30"], stdin=r)
     try:
         link = os.readlink("/proc/self/fd/%d" % w)
-        holders, complete = peers.holders(link, "write")
+        holders, complete = procs.holders(link, "write")
         assert holders == [os.getpid()] and complete
         # a child just started may still be running its start-up: wait until it sleeps
-        line = wait_for(lambda: (lambda text: text if " state S " in text else None)(peers.child(child.pid)))
+        line = wait_for(lambda: (lambda text: text if " state S " in text else None)(children.child(child.pid)))
         assert line.startswith("pid %d (sleep 30), state S (sleeping)" % child.pid)
     finally:
         child.kill()
         child.wait()
         os.close(r)
         os.close(w)
-    assert peers.child(child.pid) == "pid %d: gone (it exited)" % child.pid
+    assert children.child(child.pid) == "pid %d: gone (it exited)" % child.pid
 
 
 @pytest.mark.parametrize("minor", [None, 9, 13])

@@ -15,14 +15,14 @@ dump time, as extra dump lines under that thread (their grammar: runtime/notes.p
       it was to set, a future it was to resolve
 It runs in the watchdog thread at dump time only, and never runs the program's code: a task's
 fields are read through the C Task type's own descriptors (a subclass cannot change what they
-do), frames through their C attributes, locals as runtime/waits.py reads them, and an exception
+do), frames through their C attributes, locals as runtime/introspect.py reads them, and an exception
 by its type's name and its arguments' built-in reprs, never its own __repr__ or __str__. The task
 sets are copied by one C call (no Python code runs in it, so no other thread changes them
 meanwhile) and at most MAX_TASKS of them are looked at. It never raises; what cannot be read is
 left out."""
 import _weakref
 
-from earlylog.runtime import notes, waits
+from earlylog.runtime import holders, introspect, notes
 
 MAX_TASKS = 10000   # tasks looked at per loop: a copy of their set costs well under a millisecond
 MAX_DEAD = 5        # `dead task:` lines per loop
@@ -43,7 +43,7 @@ def lines(frame, loop):
     """The dump lines for a thread whose stack (innermost frame `frame`) runs event loop `loop`."""
     out = []
     # The Task classes, looked up once a dump: the C one, and the pure-Python one it stands for.
-    _classes[:] = [waits.module_dict("_asyncio").get("Task"), _tasks_module().get("_PyTask")]
+    _classes[:] = [introspect.module_dict("_asyncio").get("Task"), _tasks_module().get("_PyTask")]
     for part in (lambda: _running(frame), lambda: _dead(loop)):
         try:
             out += part()
@@ -100,7 +100,7 @@ def _running(frame):
 def _calls(inner, at):
     """`time.sleep`: the call frame inner[at] makes, as its source writes it; for a call into
     Python code with no such text, the function it entered; or None."""
-    text = waits.call_at(inner[at])
+    text = holders.call_at(inner[at])
     if text is None and at > 0:
         code = inner[at - 1].f_code
         text = getattr(code, "co_qualname", code.co_name)
@@ -153,9 +153,9 @@ def _held(frames):
     method's `self.queue`), read from plain dicts."""
     held = set()
     for f, _line in frames:
-        for value in list(waits.frame_locals(f).values())[:MAX_LOCALS]:
+        for value in list(introspect.frame_locals(f).values())[:MAX_LOCALS]:
             held.add(id(value))
-            own = waits.instance_dict(value)
+            own = introspect.instance_dict(value)
             if own is not None:
                 held.update(id(v) for v in list(own.values())[:MAX_LOCALS])
     return held
@@ -169,7 +169,7 @@ def _all_tasks():
     out = []
     for name in ("_all_tasks", "_scheduled_tasks", "_eager_tasks"):
         found = space.get(name)
-        data = waits.field(found, "data") if found is not None and type(found) is not set else found
+        data = introspect.field(found, "data") if found is not None and type(found) is not set else found
         if type(data) is not set:
             continue
         for item in list(itertools.islice(data, MAX_TASKS - len(out))):
@@ -192,7 +192,7 @@ def _waited_objects(pending):
             coro = coro.cr_await
             depth += 1
         if last is not None:
-            scope = waits.frame_locals(last)
+            scope = introspect.frame_locals(last)
             if "self" in scope:
                 out.append((id(scope["self"]), task))
         waiter = _get(task, "_fut_waiter")
@@ -234,7 +234,7 @@ def _base_field(exc, name):
 # --- reading tasks without running their code --------------------------------------------------
 
 def _tasks_module():
-    return waits.module_dict("asyncio.tasks")
+    return introspect.module_dict("asyncio.tasks")
 
 
 def _task_type(task):
@@ -242,7 +242,7 @@ def _task_type(task):
     kind = type(task)
     if kind is _classes[0] or kind is _classes[1]:
         return kind
-    return next((cls for cls in _classes if cls is not None and waits.isa(task, cls)), None)
+    return next((cls for cls in _classes if cls is not None and introspect.isa(task, cls)), None)
 
 
 def _get(task, name):
@@ -252,7 +252,7 @@ def _get(task, name):
         return None
     key = (cls, name)
     if key not in _descriptors:
-        descr = waits.lookup(cls, name)
+        descr = introspect.lookup(cls, name)
         _descriptors[key] = descr if type(descr) is _GETSET else None
     descr = _descriptors[key]
     if descr is not None:
@@ -262,21 +262,21 @@ def _get(task, name):
             return None
     if name == "_log_traceback":
         name = "_Future__log_traceback"  # the pure-Python Future keeps it behind a property
-    return waits.field(task, name)
+    return introspect.field(task, name)
 
 
 def _names(task):
     """(the task's name, its coroutine function's name)."""
     name = None
     cls = _task_type(task)
-    getter = waits.lookup(cls, "get_name") if cls is not None else None
+    getter = introspect.lookup(cls, "get_name") if cls is not None else None
     if type(getter) is _METHOD:
         try:
             name = getter(task)  # the C Task's own method: it formats its number or returns its name
         except Exception:
             name = None
     if name is None:
-        name = waits.field(task, "_name")
+        name = introspect.field(task, "_name")
     coro = _get(task, "_coro")
     coro_name = coro.__qualname__ if _is_coroutine(coro) else None
     return (name if type(name) is str else "?"), (coro_name if type(coro_name) is str else "?")
@@ -284,7 +284,7 @@ def _names(task):
 
 def _is_coroutine(obj):
     """Is obj exactly a native coroutine object (its attributes are the interpreter's own)?"""
-    kind = waits.module_dict("types").get("CoroutineType")
+    kind = introspect.module_dict("types").get("CoroutineType")
     return kind is not None and type(obj) is kind
 
 

@@ -11,7 +11,7 @@ getattr, a property or a trait, and the map is only looked up, never iterated. W
 not loaded, or is laid out otherwise, it writes nothing."""
 import sys
 
-from earlylog.runtime import notes as grammar, waits
+from earlylog.runtime import introspect, notes as grammar
 
 MAX_FRAMES = 40  # frames looked at per thread, as in the dump itself
 
@@ -38,10 +38,10 @@ def notes(frame):
 def _filename_map():
     """IPython's {cell file name: execution count}, or None."""
     module = sys.modules.get("IPython.core.interactiveshell")
-    cls = (waits._instance_dict(module) or {}).get("InteractiveShell") if module is not None else None
+    cls = (introspect.instance_dict(module) or {}).get("InteractiveShell") if module is not None else None
     if not isinstance(cls, type):
         return None
-    shell = waits._class_dict(cls).get("_instance")  # traitlets' singleton, kept on each class of its MRO
-    compiler = (waits._instance_dict(shell) or {}).get("compile") if shell is not None else None
-    found = (waits._instance_dict(compiler) or {}).get("_filename_map") if compiler is not None else None
+    shell = introspect.class_dict(cls).get("_instance")  # traitlets' singleton, kept on each class of its MRO
+    compiler = (introspect.instance_dict(shell) or {}).get("compile") if shell is not None else None
+    found = (introspect.instance_dict(compiler) or {}).get("_filename_map") if compiler is not None else None
     return found if type(found) is dict else None

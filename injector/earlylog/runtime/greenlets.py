@@ -16,7 +16,7 @@ thread at dump time; it never imports, switches, calls the program's code (green
 descriptors are read, never a library's properties) or raises."""
 import sys
 
-from earlylog.runtime import notes, peers, waits
+from earlylog.runtime import holders, introspect, notes, peers
 
 MAX_BLOCKS = 1000000  # allocated memory blocks (about 2.5 per object) above which the heap is not scanned:
                       # the scan takes about 10 ms per 100,000 objects, holding the GIL
@@ -71,9 +71,9 @@ def lines(frame, state=None):
     if blocks > MAX_BLOCKS:
         return [notes.greenlets_unlisted("a heap of %d blocks is too large to scan during a dump" % blocks)]
     read = {name: vars(base)[name].__get__ for name in ("gr_frame", "parent", "dead")}
-    hub = waits.frame_locals(hub_frame).get("self")
+    hub = introspect.frame_locals(hub_frame).get("self")
     if lib == "eventlet":
-        hub = waits._field(hub, "greenlet")  # eventlet's hub object runs in a greenlet of its own
+        hub = introspect.field(hub, "greenlet")  # eventlet's hub object runs in a greenlet of its own
     if not issubclass(type(hub), base):
         return []
     root = _root(hub, read)
@@ -105,7 +105,7 @@ def _socket_line(sock):
     slot, eventlet's `fd`), read without running code; its role (`server` for a connection a server of this process
     accepted) tells a handler waiting for its client's next request from a client awaiting a reply."""
     import _socket
-    for real in (sock, waits._attribute(sock, "_sock")[1], waits._attribute(sock, "fd")[1]):
+    for real in (sock, introspect.attribute(sock, "_sock")[1], introspect.attribute(sock, "fd")[1]):
         if isinstance(real, _socket.socket):
             return peers.socket_line(_socket.socket.fileno(real), "read")
     return ""
@@ -113,11 +113,11 @@ def _socket_line(sock):
 
 def _holder(lock, waiter, listed):
     """(name, `; with block at FILE:LINE in FUNC`) of the listed greenlet whose frames hold the
-    lock a greenlet waits on, else None (read as waits.py reads a thread's, from the source)."""
+    lock a greenlet waits on, else None (read as holders.py reads a thread's, from the source)."""
     for main, top in listed:
         if top is waiter:
             continue
-        for text, ids in waits._held_in(top):
+        for text, ids in holders.held_in(top):
             if id(lock) in ids:
                 return ("main" if main else _name(top)), text
     return None
@@ -192,8 +192,8 @@ def _wait(top):
         frame = frame.f_back
     if frame is None:
         return notes.waits_in(top.f_code.co_name), None
-    for expr, attr, text in waits._calls_at(frame):  # the user's call: what it is made on
-        found, value = waits._resolve(expr, frame)
+    for expr, attr, text in holders.calls_at(frame):  # the user's call: what it is made on
+        found, value = introspect.resolve(expr, frame)
         if not found:
             continue
         what, label = _object_kind(value)
@@ -213,7 +213,7 @@ def _wait(top):
 
 def _library(value):
     """`gevent` or `eventlet` for a module (or object of one) of theirs, else None."""
-    name = (waits._instance_dict(value) or {}).get("__name__") if type(value) is type(sys) else \
+    name = (introspect.instance_dict(value) or {}).get("__name__") if type(value) is type(sys) else \
         vars(type(value)).get("__module__")
     return name.partition(".")[0] if type(name) is str and name.partition(".")[0] in ("gevent", "eventlet") else None
 
@@ -222,7 +222,7 @@ def _object_kind(value):
     """(kind, label) of a gevent object a greenlet waits on, else (None, None)."""
     for kind, label, module, name in _OBJECTS:
         cls = _class(module, name)
-        if cls is not None and waits._isa(value, cls):
+        if cls is not None and introspect.isa(value, cls):
             return kind, label
     return None, None
 

@@ -13,7 +13,7 @@ nor at the watchdog's beats; `re` is compiled on the reader's first parse. Stand
 The kinds, their lines, and who writes them:
   state (kstate.py)        blocked: WHAT[ [kernel: WCHAN]] | busy: running on a CPU[ (N% of a core)]
   waits for (waits.py)     waits for: KIND NAME (TYPE at 0xADDR[, DETAIL])
-  held by (waits.py)       held by: WHO[; with block at FILE:LINE in FUNC | ; acquire() at FILE:LINE in FUNC,
+  held by (holders.py)     held by: WHO[; with block at FILE:LINE in FUNC | ; acquire() at FILE:LINE in FUNC,
                            not released since]   WHO: thread NAME (ident 0xID) | this thread itself |
                            an unknown thread | a thread no longer running (ident 0xID)
   joins (waits.py)         joins: thread NAME (ident 0xID)
@@ -33,12 +33,12 @@ The kinds, their lines, and who writes them:
   greenlets (greenlets.py) greenlets: N waiting on this thread's LIB hub[, M listed] | greenlets: not listed (WHY)
   greenlet (greenlets.py)  greenlet: NAME: FILE:LINE in FUNC > ... > waits on KIND[ `EXPR`][ (TYPE)][; held by
                            greenlet NAME; with block at FILE:LINE in FUNC | ; socket: SOCKET'S WORDS]
-  child (peers.py)         child: pid N (COMMAND), state S (WORDS)[REST] | child: pid N[ (COMMAND)]: gone (it exited)
+  child (children.py)      child: pid N (COMMAND), state S (WORDS)[REST] | child: pid N[ (COMMAND)]: gone (it exited)
   pipe (peers.py)          pipe: fd N (STREAM), LINK[, full|not full (Q of C bytes)]; OTHER END
   stdin (peers.py)         stdin: fd 0, LINK; OTHER END[; unfinished output line: "TEXT"]
   reads (peers.py)         reads: fd N[ (STREAM)], LINK; OTHER END
   socket (peers.py)        socket: fd N CALL, TCP LOCAL -> REMOTE, STATE, client|server[; DETAIL]
-  file lock (peers.py)     file lock: PATH (flock|fcntl|filelock|sqlite); HOLDERS
+  file lock (filelocks.py) file lock: PATH (flock|fcntl|filelock|sqlite); HOLDERS
   OTHER END: `other end held by pid N (COMMAND)[, pid M (COMMAND)]`, `... by this process`, `no process found
       holding the other end`, `other end not known`; ` (search cut short)` when the search stopped early
   HOLDERS: `held by pid N (COMMAND)[, ...]`, `... by this process`, `no process holds a lock on it`,
@@ -400,7 +400,7 @@ def greenlet_socket(text):
     return "; socket: " + text
 
 
-# --- peers.py: the process at the other end ------------------------------------------------------
+# --- peers.py, children.py, filelocks.py: the process at the other end ---------------------------
 
 class Child(Note):
     """A child a thread waits for: pid, command, state letter and words (None: gone), rest (`, blocked

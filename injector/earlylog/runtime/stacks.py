@@ -8,7 +8,8 @@ block or raise."""
 import sys
 import time
 
-from earlylog.runtime import cells, greenlets, notes, peers, records, retries, threads as our_threads, waits
+from earlylog.runtime import cells, greenlets, introspect, notes, peers, records, retries, signals, waits
+from earlylog.runtime import threads as our_threads
 
 MAX_FRAMES = 40
 SAMPLE = 0.2  # seconds between two CPU readings, to tell a busy thread from a blocked one
@@ -95,7 +96,7 @@ def _handles(state):
     `handles: SIGHUP with reload at app.py:12`, which say what it waits to be told."""
     if not state or "waiting for a signal" not in state:
         return []
-    found = waits.handlers()
+    found = signals.handlers()
     return [notes.handles(found)] if found else []
 
 
@@ -153,7 +154,7 @@ def _client_read(coro):
     streams = sys.modules.get("asyncio.streams")
     if last is None or user is None or streams is None or last.f_code.co_filename != streams.__file__:
         return []
-    reader = waits.frame_locals(last).get("self")
+    reader = introspect.frame_locals(last).get("self")
     if type(reader) is not streams.StreamReader or _server_read(last):
         return []
     try:
@@ -268,7 +269,7 @@ def _server_read(frame):
     streams = sys.modules.get("asyncio.streams")
     if streams is None or frame.f_code.co_filename != getattr(streams, "__file__", None):
         return False
-    reader = waits.frame_locals(frame).get("self")
+    reader = introspect.frame_locals(frame).get("self")
     if type(reader) is not getattr(streams, "StreamReader", None):  # exactly: no subclass's code runs
         return False
     try:

@@ -9,7 +9,7 @@ server, a worker's queue, an event loop) gets a `stall:` line and a dump, while 
 silent (silence is the watchdog's own rule); so does a training loop with no step for
 several times its slowest recent interval (runtime/progress.py). It must never pause a thread nor run the program's
 code: it reads sys._current_frames(), frame slots, a Thread's instance dict and cheap /proc files
-only; what it imports (kstate, waits, peers, stacks) it imports under threads.gated."""
+only; what it imports (kstate, waits, children, aio, stacks) it imports under threads.gated."""
 import os
 import sys
 import time
@@ -233,7 +233,7 @@ def _judge(ident, tid, frame):
     say), a join (the joined thread is judged itself), a main thread parked at its top level (a
     service), a wait for children that run earlylog (their own watchdogs judge them). For a wait
     on other children, the second item is (their pids, their CPU time): while it rises, they work."""
-    from earlylog.runtime import aio, kstate, peers
+    from earlylog.runtime import aio, children, kstate
     call = kstate.syscall(tid)
     stack, users = _stack(frame)
     if call is not None and call[0] in PARTNER + ("sleep",) and users and aio.in_step(frame):
@@ -251,12 +251,12 @@ def _judge(ident, tid, frame):
     inner = stack[:users[0]] if users else stack
     if _parked(stack, inner, main, users):
         return "", None
-    children, logged, _printed = peers.waited_children(tid, frame)
+    pids, logged, _printed = children.waited_children(tid, frame)
     if logged:
         return "", None
     user = stack[users[0]] if users else stack[0]
     return "%s at %s:%d in %s" % (_waiting(frame, tid), os.path.basename(user[0]), user[2], user[1]), \
-        [children, _cpu(children), False] if children else None
+        [pids, _cpu(pids), False] if pids else None
 
 
 def _stack(frame):

@@ -26,20 +26,20 @@ def _waiting_for_work():
 def _waiting_for_children():
     """(`waiting for child pid 812 (python train.py)...` or None, whether those children print their
     own stall lines on a terminal) for a main thread that waits for children or sleeps while they run."""
-    from earlylog.runtime import peers
+    from earlylog.runtime import children, procs
     main = threads.main_ident()
     tid, frame = threads.native_ids().get(main), sys._current_frames().get(main)
     if not tid or frame is None:
         return None, False
-    children, logged, printed = peers.waited_children(tid, frame)
-    if not children:
+    pids, logged, printed = children.waited_children(tid, frame)
+    if not pids:
         return None, False
-    named = ", ".join("pid %d (%s)" % (pid, peers.command(pid) or "?") for pid in children[:3])
-    if len(children) > 3:
-        named += " and %d more" % (len(children) - 3)
-    own = "; %s own log%s whether %s stuck" % (("its", " says", "it is") if len(children) == 1 else
+    named = ", ".join("pid %d (%s)" % (pid, procs.command(pid) or "?") for pid in pids[:3])
+    if len(pids) > 3:
+        named += " and %d more" % (len(pids) - 3)
+    own = "; %s own log%s whether %s stuck" % (("its", " says", "it is") if len(pids) == 1 else
                                               ("their", "s say", "they are")) if logged else ""
-    return "waiting for child%s %s%s" % ("" if len(children) == 1 else "ren", named, own), printed
+    return "waiting for child%s %s%s" % ("" if len(pids) == 1 else "ren", named, own), printed
 
 
 def _names():
