@@ -52,6 +52,26 @@ def lines(frame, loop):
     return out
 
 
+def pending_chains(loop):
+    """For each pending task of event loop `loop`: ([(file, function) of its coroutine frames,
+    outermost first], its innermost coroutine frame or None), read as lines() reads tasks (the
+    watchdog asks at a stall whether every task waits for work: runtime/stuck.py)."""
+    _classes[:] = [introspect.module_dict("_asyncio").get("Task"), _tasks_module().get("_PyTask")]
+    out = []
+    for task in _all_tasks():
+        if _get(task, "_loop") is not loop or _get(task, "_state") != "PENDING":
+            continue
+        coro, chain, last = _get(task, "_coro"), [], None
+        while _is_coroutine(coro) and len(chain) < MAX_DEPTH:
+            frame = coro.cr_frame
+            if frame is None:
+                break
+            chain.append((frame.f_code.co_filename, frame.f_code.co_name))
+            last, coro = frame, coro.cr_await
+        out.append((chain, last))
+    return out
+
+
 # --- the task a loop is running ----------------------------------------------------------
 
 def in_step(frame):

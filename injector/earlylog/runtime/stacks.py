@@ -217,28 +217,13 @@ def _running_loop(frame):
 def task_chains(frame):
     """For each pending task on the event loop that the thread whose innermost frame is `frame`
     runs: ([(file, function) of its coroutine frames, outermost first], whether its innermost frame
-    is a stream read on a connection a server accepted). None when it runs no loop, or the task set
-    changed while being read (the next look has it)."""
+    is a stream read on a connection a server accepted); None when it runs no loop. The tasks are
+    read as aio.py reads them: no method of theirs is called."""
     loop = _running_loop(frame)
-    asyncio = sys.modules.get("asyncio")
-    if loop is None or asyncio is None:
+    if loop is None:
         return None
-    try:
-        tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
-    except RuntimeError:
-        return None
-    out = []
-    for task in tasks[:1000]:
-        coro, chain, last = task.get_coro(), [], None
-        while len(chain) < MAX_FRAMES:
-            frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None) or getattr(coro, "ag_frame", None)
-            if frame is None:
-                break
-            chain.append((frame.f_code.co_filename, frame.f_code.co_name))
-            last = frame
-            coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None) or getattr(coro, "ag_await", None)
-        out.append((chain, last is not None and _server_read(last)))
-    return out
+    from earlylog.runtime import aio
+    return [(chain, last is not None and _server_read(last)) for chain, last in aio.pending_chains(loop)]
 
 
 def await_chain(coro, waiter=None):

@@ -361,7 +361,7 @@ def _task_waits_for_work(chain, server_read):
     """A library's own task, or one that awaits a server, a queue, a sleep or its client's next
     request (read/idle.py's _loop_tasks)."""
     from earlylog.runtime import notes
-    return server_read or all(_library(path) for path, _func in chain) or \
+    return server_read or bool(chain) and all(_library(path) for path, _func in chain) or \
         any(func == name and _is(path, suffix) for path, func in chain for suffix, name in notes.ASYNC_WORK)
 
 
