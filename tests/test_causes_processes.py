@@ -390,10 +390,16 @@ def test_a_parent_waiting_for_a_child_that_crashed_names_it_and_what_to_do(tmp_p
         """, "convert.py")
     proc = start([path], logdir, **QUIET)
     try:
+        # On a loaded machine the parent's first stall can be told before its dump names the call it
+        # waits in (once in a parallel CI run): read the report again until the next dump says it.
         def told():
             rep = report_json(logdir)
-            return rep if any("which ended (crashed" in line for line in rep["verdict"]) else None
-        rep = wait_for(told)
+            return rep if any("which ended (crashed" in line and " waits in connection.recv " in line
+                              for line in rep["verdict"]) else None
+        try:
+            rep = wait_for(told)
+        except AssertionError:
+            rep = report_json(logdir)  # the assertions below say what it showed
     finally:
         kill_tree(proc)
     (dead,) = [p for p in rep["processes"] if p["state"] == "crashed"]
