@@ -42,8 +42,7 @@ _PLAIN = (str, int, float, bool, bytes, type(None))  # arguments whose repr is t
 def lines(frame, loop):
     """The dump lines for a thread whose stack (innermost frame `frame`) runs event loop `loop`."""
     out = []
-    # The Task classes, looked up once a dump: the C one, and the pure-Python one it stands for.
-    _classes[:] = [introspect.module_dict("_asyncio").get("Task"), _tasks_module().get("_PyTask")]
+    _load_classes()
     for part in (lambda: _running(frame), lambda: _dead(loop)):
         try:
             out += part()
@@ -56,20 +55,18 @@ def pending_chains(loop):
     """For each pending task of event loop `loop`: ([(file, function) of its coroutine frames,
     outermost first], its innermost coroutine frame or None), read as lines() reads tasks (the
     watchdog asks at a stall whether every task waits for work: runtime/stuck.py)."""
-    _classes[:] = [introspect.module_dict("_asyncio").get("Task"), _tasks_module().get("_PyTask")]
+    _load_classes()
     out = []
-    for task in _all_tasks():
-        if _get(task, "_loop") is not loop or _get(task, "_state") != "PENDING":
-            continue
-        coro, chain, last = _get(task, "_coro"), [], None
-        while _is_coroutine(coro) and len(chain) < MAX_DEPTH:
-            frame = coro.cr_frame
-            if frame is None:
-                break
-            chain.append((frame.f_code.co_filename, frame.f_code.co_name))
-            last, coro = frame, coro.cr_await
-        out.append((chain, last))
+    for task in _tasks_of(loop):
+        if _get(task, "_state") == "PENDING":
+            frames = _await_frames(task)
+            out.append(([(f.f_code.co_filename, f.f_code.co_name) for f in frames], frames[-1] if frames else None))
     return out
+
+
+def _load_classes():
+    """The Task classes, looked up once a look: the C one, and the pure-Python one it stands for."""
+    _classes[:] = [introspect.module_dict("_asyncio").get("Task"), _tasks_module().get("_PyTask")]
 
 
 # --- the task a loop is running ----------------------------------------------------------
@@ -146,7 +143,7 @@ def _dead(loop):
     """`dead task:` lines for the finished tasks of this loop whose exception nobody retrieved."""
     if loop is None:
         return []
-    tasks = [t for t in _all_tasks() if _get(t, "_loop") is loop]
+    tasks = _tasks_of(loop)
     dead = [t for t in tasks if _get(t, "_state") == "FINISHED" and _get(t, "_log_traceback") is True
             and _get(t, "_exception") is not None]
     if not dead:
@@ -199,18 +196,31 @@ def _all_tasks():
     return out
 
 
+def _tasks_of(loop):
+    """The live tasks of event loop `loop` (_all_tasks' bound)."""
+    return [t for t in _all_tasks() if _get(t, "_loop") is loop]
+
+
+def _await_frames(task):
+    """The frames of a task's await chain, outermost first: its native coroutines' frames, down
+    to the first awaitable that is not one (a Future), at most MAX_DEPTH links."""
+    frames, coro, depth = [], _get(task, "_coro"), 0
+    while _is_coroutine(coro) and depth < MAX_DEPTH:
+        if coro.cr_frame is not None:
+            frames.append(coro.cr_frame)
+        coro = coro.cr_await
+        depth += 1
+    return frames
+
+
 def _waited_objects(pending):
     """[(id of an object, task)] for what each pending task waits on: the `self` of the innermost
     frame of its await chain (an asyncio.Queue in get(), an Event in wait()) and the future its
     step waits for."""
     out = []
     for task in pending:
-        coro, last = _get(task, "_coro"), None
-        depth = 0
-        while coro is not None and _is_coroutine(coro) and depth < MAX_DEPTH:
-            last = coro.cr_frame or last
-            coro = coro.cr_await
-            depth += 1
+        frames = _await_frames(task)
+        last = frames[-1] if frames else None
         if last is not None:
             scope = introspect.frame_locals(last)
             if "self" in scope:
