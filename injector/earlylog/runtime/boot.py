@@ -9,8 +9,8 @@ The steps, in order, once per process (pid):
   2. log file: open this process's file (EARLYLOG_FILE, EARLYLOG_DIR, the default folder,
                else console only) and the console channel; write the `start:` line.
   3. the features, each in its own try: stdio (live output, tee), exit records and
-     exception hooks, the watchdog, the import timeline and library marks; the probes
-     0.1 s later, in a thread of their own.
+     exception hooks, the watchdog, the import timeline and library marks; 0.1 s later,
+     the watchdog thread loads its module and starts the probes' thread.
   4. fork: os.register_at_fork makes each fork child run these steps again, for its pid.
 Only in the main interpreter: a subinterpreter runs the .pth line too, and earlylog stays out.
 
@@ -25,7 +25,9 @@ import time
 from earlylog.runtime import state
 
 PROBES_AFTER = 0.1  # seconds into the process
-STD_CLOSED_WAIT = 0.2  # how late a watchdog loads its module where stdin, stdout or stderr is closed
+WATCHDOG_AFTER = 0.1  # how late the watchdog thread loads its module and starts the probes' thread
+STD_CLOSED_WAIT = 0.2  # the same where stdin, stdout or stderr is closed
+_watching = [None]  # the pid whose watchdog thread starts its probes' thread
 
 
 def _features():
@@ -42,18 +44,24 @@ def _watchdog(logger):
     armed = fault.start(logger)
     if armed.threaded:
         threads.start("earlylog-watchdog", _watch, armed)
+        _watching[0] = os.getpid()
 
 
 def _watch(armed, due=None):
     from earlylog.runtime import threads
-    if due is None and _std_closed():
-        # The import system reads the watchdog's module at the lowest free descriptor, which is
-        # then a closed stdin, stdout or stderr: a program checking its own in its first moments
-        # would find it open. Such a process's watchdog loads a moment later; a fork in the
-        # meantime ends the wait, and the thread, until the fork is over.
-        due = time.monotonic() + STD_CLOSED_WAIT
-    if due is not None and not threads.wait_until(due, _watch, armed, due):
+    if due is None:
+        # The watchdog's module loads WATCHDOG_AFTER into the process, and the probes' thread starts
+        # then: a process that ends sooner pays for neither (a third of a short process's start-up
+        # in wall time), and a program's first moments are its own (docs/design.md#the-watchdog-loads-in-its-thread).
+        # The import system reads the module at the lowest free descriptor, which is a closed
+        # stdin, stdout or stderr: a program checking its own in its first moments would find it
+        # open, so such a process's watchdog loads later still. A fork in the meantime ends the
+        # wait, and the thread, until the fork is over.
+        due = time.monotonic() + (STD_CLOSED_WAIT if _std_closed() else WATCHDOG_AFTER)
+    if not threads.wait_until(due, _watch, armed, due):
         return
+    if state.probes_due:
+        threads.start("earlylog-probes", _probe_thread, armed.logger, 0)
     try:
         watchdog = threads.gated(_watchdog_module)
     except BaseException as exc:
@@ -89,8 +97,9 @@ def _probes_soon(logger):
     except OSError as exc:  # deleted or unreadable working folder
         cwd = "unavailable (%s)" % exc.strerror
     state.probes_due = [cwd]
-    from earlylog.runtime import threads
-    threads.start("earlylog-probes", _probe_thread, logger, time.monotonic() + PROBES_AFTER)
+    if _watching[0] != os.getpid():  # else the watchdog thread starts the probes' thread (_watch)
+        from earlylog.runtime import threads
+        threads.start("earlylog-probes", _probe_thread, logger, time.monotonic() + PROBES_AFTER)
 
 
 def _probe_thread(logger, due):

@@ -5,6 +5,7 @@ each of them and sees exactly the state it made (`is_enabled()`, `unregister()`'
 file and timer), and earlylog aims them at its log wherever the program has not taken them,
 taking each back when the program gives it back. It must never change what the program set, nor
 raise into the program."""
+import _thread
 import faulthandler
 import os
 import sys
@@ -60,12 +61,28 @@ def _before_fork():
             and not threads.forking_to_exec()
         if armed.timeout:
             cancel_timer()
-        if armed.watchdog is not None:
-            armed.watchdog.warn_fork()
+        _warn_fork(armed)
         if pause:
             threads.pause_for_fork()
     except BaseException:  # never let an exception reach the application's fork()
         pass
+
+
+def _warn_fork(armed):
+    """In the parent, before fork(): name the other threads (a lock one holds stays held). Here,
+    not in the watchdog's module: that loads a moment into the process, and a fork may come first."""
+    # Under gevent's patching threading knows this thread by its greenlet's id: the patched
+    # get_ident's, not the OS thread's.
+    me = (threads.get_ident(), _thread.get_ident())
+    others = sorted(t.name for ident, t in threads.program_threads().items() if ident not in me)
+    if not others or tuple(others) in armed.warned_forks:
+        return
+    armed.warned_forks.add(tuple(others))
+    armed.logger.event("fork", "fork() while %d other thread%s run%s (%s): a lock any of them holds stays "
+                               "locked forever in the child, the classic DataLoader-worker deadlock; the "
+                               "'spawn' or 'forkserver' start method avoids it"
+                       % (len(others), "" if len(others) == 1 else "s", "s" if len(others) == 1 else "",
+                          ", ".join(others)))
 
 
 def _after_fork_in_parent():
@@ -102,6 +119,7 @@ class Armed:
             if logger.path and self.threaded else None
         self.forking = False
         self.watchdog = None  # the watchdog thread's Watchdog, once it runs
+        self.warned_forks = set()  # the sets of thread names a fork was told about (_warn_fork)
 
     def _dump_fd(self):
         """The log file; without one, the console's own (non-blocking) fd; None if neither."""

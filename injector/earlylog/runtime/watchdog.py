@@ -1,8 +1,7 @@
-"""The watchdog thread: stall, periodic and on-demand dumps, memory lines, the GIL-held check and
-fork warnings. It loads in its own thread (fault.start arms faulthandler and starts it), so nothing
+"""The watchdog thread: stall, periodic and on-demand dumps, memory lines and the GIL-held check.
+It loads in its own thread (fault.start arms faulthandler and starts it), so nothing
 here is on the program's start-up path. It must never keep a process alive, block, pause a
 process, steal a program's handler, signal or timer, or change an exit status."""
-import _thread
 import os
 import sys
 import time
@@ -83,7 +82,6 @@ class Watchdog:
         self.beat = armed.beat
         self.request = armed.request
         self.wake = threads.Wakeup()
-        self.warned_forks = set()
         self.native_done = False
         self.last_beat = time.monotonic()
         self.cpu_at_beat = None
@@ -98,7 +96,7 @@ class Watchdog:
         self.next_every = time.monotonic() + self.every
         self.episode, self.next_at = None, self.stall
         self.act = threads.gated(_act, self)
-        armed.watchdog = self  # from now on a fork() names the program's threads (warn_fork)
+        armed.watchdog = self
 
     def run(self):
         """The thread's life; it ends early for a fork and goes on in a new thread after it
@@ -270,18 +268,3 @@ class Watchdog:
         # No lock (a fork child could inherit it held): a user write landing during this event
         # is forgotten as activity, which costs at most one extra dump.
         self.logger.last_activity = before
-
-    def warn_fork(self):
-        """In the parent, before fork(): name the other threads (a lock one holds stays held)."""
-        # Under gevent's patching threading knows this thread by its greenlet's id: the patched
-        # get_ident's, not the OS thread's.
-        me = (threads.get_ident(), _thread.get_ident())
-        others = sorted(t.name for ident, t in threads.program_threads().items() if ident not in me)
-        if not others or tuple(others) in self.warned_forks:
-            return
-        self.warned_forks.add(tuple(others))
-        self.logger.event("fork", "fork() while %d other thread%s run%s (%s): a lock any of them holds stays "
-                                  "locked forever in the child, the classic DataLoader-worker deadlock; the "
-                                  "'spawn' or 'forkserver' start method avoids it"
-                          % (len(others), "" if len(others) == 1 else "s", "s" if len(others) == 1 else "",
-                             ", ".join(others)))
