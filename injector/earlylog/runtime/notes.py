@@ -218,7 +218,7 @@ class SetBy(Note):
 
 
 def set_by(signal, handler):
-    return "%sset by: the %s handler %s" % (INDENT, signal, handler)
+    return "%sset by: %s" % (INDENT, SetBy(signal, handler).text)
 
 
 class InSignalHandler(Note):
@@ -231,7 +231,7 @@ class InSignalHandler(Note):
 
 
 def in_signal_handler(signal, handler):
-    return "%sin signal handler: %s, %s" % (INDENT, signal, handler)
+    return "%sin signal handler: %s" % (INDENT, InSignalHandler(signal, handler).text)
 
 
 class Handles(Note):
@@ -244,7 +244,7 @@ class Handles(Note):
 
 
 def handles(pairs):
-    return "%shandles: %s" % (INDENT, "; ".join("%s with %s" % pair for pair in pairs))
+    return "%shandles: %s" % (INDENT, Handles(pairs).text)
 
 
 # --- stacks.py, terminal.py, cells.py, retries.py: a thread's other notes -------------------------
