@@ -241,3 +241,31 @@ def test_greenlets():
     value = read_back(notes.greenlet("w", [], notes.waits_on("queue get", "jobs.get()", "gevent.queue.Queue")))
     assert (value.kind, value.expr, value.type) == ("queue get", "jobs.get()", "gevent.queue.Queue")
     assert read_back(notes.greenlet("w", [], notes.waits_on("sleep", None, "gevent"))).kind == "sleep"
+
+
+def test_exit_records():
+    """The exit record's words (runtime/records.py): what hooks.py and act.py write, parse_exit reads back."""
+    def read(how, status=0, more=""):
+        return records.parse_exit("status %d after 0.513 s; %s%s" % (status, how, more))
+
+    call = records.exit_call("sys.exit", "'no GPU'", ("main", "/app/train.py", 12))
+    value = read(call, 1)
+    assert (value["status"], value["call"], value["at"], value["outer"]) == (
+        1, "sys.exit('no GPU') in main at train.py:12", ("main", "train.py", 12), None)
+    call = records.exit_call("exit", "2", ("exit", "/usr/lib/python3.11/argparse.py", 2633), ("<module>", "/app/t.py", 9))
+    value = read(call, 2, records.exit_dropped(2))
+    assert value["call"] == "exit(2) in exit at argparse.py:2633, from <module> at t.py:9"
+    assert (value["at"], value["outer"]) == (("exit", "argparse.py", 2633), ("<module>", "t.py", 9))
+    assert read(records.exit_call("raise SystemExit", "'a (b); c'"), 1)["call"] == "raise SystemExit('a (b); c')"
+    value = read(records.exit_call("os._exit", "1", ("work", "/app/w.py", 3)) +
+                 records.exit_from("loader", ("main", "/app/a.py", 40)), 1)
+    assert (value["by"], value["main_at"], value["at"]) == ("thread loader", ("main", "a.py", 40), ("work", "w.py", 3))
+    assert read(records.exit_call("os._exit", "0", ("f", "/app/f.py", 2)) + records.exit_from())["by"] == "the main thread"
+    value = read(records.exit_flush("stdout", "BrokenPipeError", True), 120)
+    assert (value["status"], value["call"], value["flush"]) == (120, None, ("stdout", "BrokenPipeError", True))
+    assert read(records.exit_flush("stderr", "OSError", False), 120)["flush"] == ("stderr", "OSError", False)
+    value = read(records.ended_by_us(6.2, "read_index at job.py:5", 6), 124)
+    assert value["ended"] == ("6 s", "read_index at job.py:5", "6")
+    assert value["call"] == "ended by earlylog: stuck for 6 s in read_index at job.py:5 (EARLYLOG_STALL_EXIT=6)"
+    value = read("end of program")
+    assert value["status"] == 0 and value["call"] is None and value["by"] is None and value["flush"] is None

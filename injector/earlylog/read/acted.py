@@ -1,19 +1,15 @@
 """What earlylog itself did about a stall (runtime/act.py): a process EARLYLOG_STALL_EXIT ended,
 where it was stuck, and, for a rank of a torchrun job, whether the launcher's next attempt ran
 (each rank's start line carries torchrun's restart count). It only reads the judged report."""
-import re
-
 from earlylog.read.causes import Cause, label
-
-# The exit record's words (runtime/act.py writes them): `ended by earlylog: stuck for 6 s in
-# read_index at job.py:5 (EARLYLOG_STALL_EXIT=6)`.
-_ENDED = re.compile(r"ended by earlylog: stuck for (\d+ s) in (.*) \(EARLYLOG_STALL_EXIT=([^)]*)\)")
+from earlylog.runtime import records
 
 
 def ended(d):
-    """(how long, where, the knob's value) for a process EARLYLOG_STALL_EXIT ended, else None."""
-    m = _ENDED.search(d["summary"] or "") if d["state"] == "failed" else None
-    return m.groups() if m else None
+    """(how long, where, the knob's value) for a process EARLYLOG_STALL_EXIT ended, else None: the
+    exit record's words (runtime/act.py writes them, records.ended_by_us), `ended by earlylog:
+    stuck for 6 s in read_index at job.py:5 (EARLYLOG_STALL_EXIT=6)`."""
+    return records.parse_ended(d["exit_call"]) if d["state"] == "failed" else None
 
 
 def _attempt(d):

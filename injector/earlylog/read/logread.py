@@ -16,17 +16,9 @@ from earlylog.runtime import records
 # A SyntaxError's place is a frame with no function (`File "x.py", line 2`): shown as <source>.
 _FRAME = re.compile(r'^\s*(?:File "(.+)", line (\d+)(?:,? in (\S+))?|(\S.*?):(\d+) in (\S+?)(?:: (.*))?)\s*$')
 _VERSION = re.compile(r"earlylog (\d+(?:\.\d+)+)")
-_EXIT = re.compile(r"status (-?\d+)")
 _UNRECORDED = ("start-up failed", "hooks failed")  # earlylog's own failures that lose the exit record
-_EXIT_CALL = re.compile(r"; ((?:sys\.exit|exit|os\._exit|raise SystemExit)\(.*\)(?: in \S+ at [^;]*?:\d+)?"
-                        r"|python could not open the script [^;]*)(?:; |$)")  # `sys.exit(3) in main at a.py:5`
-# Who called os._exit when the program's own code did (`; from thread loader while the main thread was
-# in main at a.py:9`, `; from the main thread`), and a failed last flush of the output (status 120).
-_EXIT_FROM = re.compile(r"; from (thread .+?|the main thread)(?: while the main thread was in (.+?:\d+))?(?:; |$)")
-_EXIT_FLUSH = re.compile(r"; flushing (stdout|stderr) at exit failed \((\w+)\)(; the reader of its \w+ went away)?")
 # A thread failing again and again between sleeps (runtime/retries.py).
 _RETRYING = re.compile(r"^retrying: thread (.+?): (\d+) failures seen in the last ([\d.]+) s; handling (.+)$")
-_ENDED_BY_US = "ended by earlylog: "  # the exit record of a process EARLYLOG_STALL_EXIT ended
 _OWN_AT = re.compile(r"earlylog \d+(?:\.\d+)+ at (/.*?), Python ")
 # This reader's own package folder; each log's start line names the folder of the copy that wrote it.
 OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -421,17 +413,7 @@ def _event(folder, p, kind, when, text):
             if _newer(p.version) and (folder.newer is None or _tuple(p.version) > _tuple(folder.newer)):
                 folder.newer = p.version
     elif kind == "exit":
-        m = _EXIT.search(text)
-        p.exit.status = int(m.group(1)) if m else None
-        p.exit.time = when
-        how = _EXIT_CALL.search(text)
-        p.exit.call = how.group(1) if how else p.exit.call  # a later 120 record keeps the call
-        if _ENDED_BY_US in text:  # EARLYLOG_STALL_EXIT ended it (runtime/act.py)
-            p.exit.call = text[text.index(_ENDED_BY_US):]
-        by = _EXIT_FROM.search(text)
-        p.exit.by = (by.group(1), by.group(2)) if by else p.exit.by
-        flush = _EXIT_FLUSH.search(text)
-        p.exit.flush = (flush.group(1), flush.group(2), bool(flush.group(3))) if flush else None
+        _exit(p.exit, when, records.parse_exit(text))
     elif kind in ("exception", "stall", "dump", "signal", "fatal"):
         p.block = Block(kind, when, text)
     elif kind == "phase":
@@ -678,3 +660,19 @@ def _newer(version):
         return _tuple(version) > _tuple(__version__)
     except ValueError:
         return False
+
+
+def _exit(e, when, record):
+    """An exit record into model.Exit; a later one (the last flush's status 120) keeps the call and
+    who made it, and replaces the status and time."""
+    e.status, e.time, e.flush = record["status"], when, record["flush"]
+    if record["call"] is not None:
+        e.call, e.ended = record["call"], record["ended"]
+        e.at, e.outer = _frame(record["at"]), _frame(record["outer"])
+    if record["by"] is not None:
+        e.by, e.main_at = record["by"], _frame(record["main_at"])
+
+
+def _frame(place):
+    """records' (function, file name, line) as a model.Frame."""
+    return Frame(place[1], place[2], place[0]) if place is not None else None

@@ -141,7 +141,7 @@ def _process(p, now, here):
             d["state"] = "stalled"
             d["summary"] = "%s until %s own code around that call ended the process (%s): a hang cut short, the " \
                            "call never returned" % (d["stall"]["summary"], "Ray's" if _ray(d) else "the library's",
-                                                    p.exit.call.split(", from ")[0])
+                                                    _exit_call(p.exit))
     elif d["state"] == "running":
         d["summary"] = "running, last sign of life %s ago" % secs(now - (p.last or now))
     if d["state"] in ("running", "stalled", "idle", "busy") and letter in _STOPPED:
@@ -217,24 +217,25 @@ def _exited(d, p):
         d["summary"] += "; then it %s during its shutdown (its parent sees -15)" % p.signal.text
 
 
-# `sys.exit(0) in main_loop at worker.py:1070`, `..., from <module> at train.py:6` (the program's call into it)
-_EXIT_AT = re.compile(r" in (\S+) at ([^:,]+):(\d+)(?:, from .*)?$")
-
-
 def _cut_short(p):
     """A hang cut short by the library it runs in: the program's call stalled until the process
     ended (nothing but the exit record after the stall), and the clean exit came from a library
     frame that the stuck call was running inside: Ray's worker loop exits with sys.exit(0) when its
     driver gives up or shuts down, leaving a task's function that never returned. The program's own
     exit after a slow call (from its own code) is no such story: its call returned."""
-    at = _EXIT_AT.search(p.exit.call or "")
+    at = p.exit.at
     if at is None or p.exit.status != 0 or p.stall.time is None or (p.exit.before or 0) > p.stall.time:
         return False
     frames = _stuck_thread(p.stall).frames if p.stall.threads else []
     user = next((i for i, f in enumerate(frames) if not library(f.file)), None)
     return user is not None and any(
-        func == at.group(1) and os.path.basename(path) == at.group(2) and library(path)
+        func == at.function and os.path.basename(path) == at.file and library(path)
         for path, _line, func in frames[user + 1:])
+
+
+def _exit_call(e):
+    """The exit call without the program's frame that led to it: `sys.exit(0) in main_loop at worker.py:1070`."""
+    return e.call.rpartition(", from ")[0] if e.outer is not None else e.call
 
 
 def _ray(d):
@@ -244,7 +245,7 @@ def _ray(d):
 def _os_exit(d, p):
     """os._exit called by the program's own code, or from a thread other than the main one: the
     process ended at once, and nothing it had left to do ran."""
-    by, main_at = p.exit.by
+    by, main_at = p.exit.by, p.exit.main_at
     skipped = "without running finally blocks or atexit callbacks or flushing buffered output"
     if by == "the main thread" and p.forked:
         return  # a child made by os.fork() ends so on purpose: its parent's atexit and buffers are not its own
@@ -254,7 +255,7 @@ def _os_exit(d, p):
         return True
     d["exit_note"] = "ended by %s, called from %s%s: os._exit ends the whole process from any thread, at once, " \
                      "%s, so the main thread's work stopped there" % (
-                         p.exit.call, by, " while the main thread was in " + main_at if main_at else "", skipped)
+                         p.exit.call, by, " while the main thread was in " + where(main_at) if main_at else "", skipped)
     d["exit_next"] = "if that thread meant to end only itself, return from its function (or raise); to end the " \
                      "program, tell the main thread (a threading.Event it checks) and let it exit with sys.exit()"
     return True

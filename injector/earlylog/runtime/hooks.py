@@ -91,19 +91,18 @@ def _saw(value, how, caller=None):
         # The repr of an int or a str only: another object's __repr__ is the program's code.
         arg = "" if value is None else repr(value)[:MAX_ARG] if type(value) in (int, str) else \
             "<%s>" % type(value).__name__
-        _status = (_status[0], "%s(%s)" % (how, arg) + (" in " + _place(caller) if caller is not None else ""))
+        at = outer = None
+        if caller is not None:
+            # For a call in a library (argparse's exit), also the program's own frame that led there.
+            at, outer = _where(caller), records.outer(caller)
+            outer = _where(outer) if outer is not None and outer is not caller else None
+        _status = (_status[0], records.exit_call(how, arg, at, outer))
     except BaseException:  # never let the record stop the exit
         pass
 
 
-def _place(frame):
-    """`main at train.py:12`; for a call in a library (argparse's exit), also the program's own
-    frame that led there: `exit at argparse.py:2633, from main at train.py:12`."""
-    outer = records.outer(frame)
-    text = records.place(frame.f_code.co_name, frame.f_code.co_filename, frame.f_lineno)
-    if outer is not None and outer is not frame:
-        text += ", from " + records.place(outer.f_code.co_name, outer.f_code.co_filename, outer.f_lineno)
-    return text
+def _where(frame):
+    return frame.f_code.co_name, frame.f_code.co_filename, frame.f_lineno
 
 
 def _sys_exit(status=None):
@@ -133,7 +132,7 @@ def _os_exit(status):
                 _status = (_status[0], _status[1] + _other_thread())
             elif isinstance(_status, tuple) and records.outer(caller) is caller:
                 # The program's own call, not multiprocessing's or a pool's end of a worker.
-                _status = (_status[0], _status[1] + "; from the main thread")
+                _status = (_status[0], _status[1] + records.exit_from())
             _record()
     except BaseException:  # os._exit must exit whatever happens to our record
         pass
@@ -150,12 +149,8 @@ def _other_thread():
         name = thread._name if thread is not None else "?"
     except Exception:
         pass
-    text = "; from thread %s" % name
     main = sys._current_frames().get(_main)
-    if main is not None:
-        text += " while the main thread was in %s" % records.place(
-            main.f_code.co_name, main.f_code.co_filename, main.f_lineno)
-    return text
+    return records.exit_from(name, _where(main) if main is not None else None)
 
 
 def _record():
@@ -173,7 +168,7 @@ def _record():
     text = "status %d after %.3f s; %s" % (code, time.time() - logger.started, how)
     dropped = logger.console.dropped
     if dropped:
-        text += "; %d console line%s dropped (console full or gone)" % (dropped, "s" if dropped != 1 else "")
+        text += records.exit_dropped(dropped)
     logger.event("exit", text)
 
 
@@ -371,9 +366,9 @@ def _flush_failed(unraisable):
     else:
         return
     error = getattr(unraisable.exc_type, "__name__", "an error")
-    why = "; the reader of its %s went away" % stream if issubclass(unraisable.exc_type, BrokenPipeError) else ""
-    state.logger.event("exit", "status 120 after %.3f s; flushing %s at exit failed (%s)%s" % (
-        time.time() - state.logger.started, stream, error, why))
+    state.logger.event("exit", "status 120 after %.3f s; %s" % (
+        time.time() - state.logger.started,
+        records.exit_flush(stream, error, issubclass(unraisable.exc_type, BrokenPipeError))))
 
 
 def _hook_threads():

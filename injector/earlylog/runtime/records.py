@@ -48,6 +48,107 @@ def place(function, filename, line):
     """`main at train.py:12`: where a call was made, as the runtime writes it and the reader reads it."""
     return "%s at %s:%d" % (function, filename.rpartition("/")[2], line)
 
+
+# --- The exit record: `exit: status N after S s; HOW[; FROM][; DROPPED]`, or a
+# second one, `exit: status 120 after S s; FLUSH`. Its words are written (hooks.py, act.py) and read
+# (parse_exit, for logread) here only. A place below is (function, filename, line).
+ENDED_BY_US = "ended by earlylog: "  # HOW of a process EARLYLOG_STALL_EXIT ended (act.py)
+
+
+def exit_call(how, arg, at=None, outer=None):
+    """HOW for an exit call that was seen: `sys.exit(3)`, `sys.exit(3) in main at a.py:5`, and for a
+    call in a library the program's own frame that led there: `exit(2) in exit at argparse.py:2633,
+    from main at train.py:12`. how: sys.exit, exit, os._exit or raise SystemExit."""
+    text = "%s(%s)" % (how, arg)
+    if at is not None:
+        text += " in " + place(*at)
+        if outer is not None:
+            text += ", from " + place(*outer)
+    return text
+
+
+def exit_from(thread=None, main_at=None):
+    """FROM, who called os._exit when the program's own code did: `; from the main thread` (thread
+    None), `; from thread loader while the main thread was in main at a.py:9`."""
+    if thread is None:
+        return "; from the main thread"
+    return "; from thread %s%s" % (thread, " while the main thread was in " + place(*main_at) if main_at else "")
+
+
+def exit_flush(stream, error, gone):
+    """FLUSH: the interpreter's last flush of stdout or stderr failed; gone: the reader went away."""
+    return "flushing %s at exit failed (%s)%s" % (stream, error, "; the reader of its %s went away" % stream
+                                                   if gone else "")
+
+
+def exit_dropped(count):
+    """The end of an exit record whose console lost lines."""
+    return "; %d console line%s dropped (console full or gone)" % (count, "s" if count != 1 else "")
+
+
+def ended_by_us(stuck_for, where, knob):
+    """HOW of a process EARLYLOG_STALL_EXIT ended: `ended by earlylog: stuck for 6 s in f at a.py:5
+    (EARLYLOG_STALL_EXIT=6)`."""
+    return "%sstuck for %.0f s in %s (EARLYLOG_STALL_EXIT=%g)" % (ENDED_BY_US, stuck_for, where, knob)
+
+
+def parse_exit(text):
+    """An exit record's words as a dict: status (int or None); call, the exit call or the script
+    Python could not open (`sys.exit(3) in main at a.py:5`, None if none was seen); at and outer,
+    the places in it; by, who called os._exit (`thread loader`, `the main thread`) and main_at,
+    where the main thread then was; flush, (stream, error, whether its reader went away); ended,
+    (seconds, where, knob) of EARLYLOG_STALL_EXIT."""
+    patterns = _exit_patterns()
+    status = patterns["status"].search(text)
+    out = {"status": int(status.group(1)) if status else None, "call": None, "at": None, "outer": None,
+           "by": None, "main_at": None, "flush": None, "ended": None}
+    call = patterns["call"].search(text)
+    if call:
+        out["call"] = call.group(1)
+        out["at"], out["outer"] = _place(call.group(2), call.group(3), call.group(4)), \
+            _place(call.group(5), call.group(6), call.group(7))
+    ended = parse_ended(text)
+    if ended:
+        out["call"], out["ended"] = text[text.index(ENDED_BY_US):], ended
+    by = patterns["by"].search(text)
+    if by:
+        out["by"] = by.group(1)
+        out["main_at"] = _place(by.group(2), by.group(3), by.group(4))
+    flush = patterns["flush"].search(text)
+    if flush:
+        out["flush"] = (flush.group(1), flush.group(2), bool(flush.group(3)))
+    return out
+
+
+def parse_ended(text):
+    """(`6 s`, where, the knob's value) from ended_by_us()'s words in text, else None."""
+    ended = _exit_patterns()["ended"].search(text or "")
+    return ended.groups() if ended else None
+
+
+def _place(function, filename, line):
+    return (function, filename, int(line)) if function is not None else None
+
+
+_EXIT_PATTERNS = {}
+
+
+def _exit_patterns():
+    if not _EXIT_PATTERNS:
+        import re
+        at = r" in (\S+) at ([^:;]+):(\d+)"
+        _EXIT_PATTERNS.update(
+            status=re.compile(r"status (-?\d+)"),
+            # An argument is a repr, which may hold "; ": the call ends where what may follow it begins.
+            call=re.compile(r"; ((?:sys\.exit|exit|os\._exit|raise SystemExit)\(.*?\)(?:%s(?:, from (\S+) at ([^:;]+):(\d+))?)?"
+                            r"|python could not open the script .*?)(?=; from (?:thread |the main thread)"
+                            r"|; \d+ console lines? dropped|$)" % at),
+            ended=re.compile(re.escape(ENDED_BY_US) + r"stuck for (\d+ s) in (.*) \(EARLYLOG_STALL_EXIT=([^)]*)\)"),
+            by=re.compile(r"; from (thread .+?|the main thread)(?: while the main thread was in (\S+) at ([^:;]+):(\d+))?"
+                          r"(?:; |$)"),
+            flush=re.compile(r"; flushing (stdout|stderr) at exit failed \((\w+)\)(; the reader of its \w+ went away)?"))
+    return _EXIT_PATTERNS
+
 def outer(frame):
     """The innermost frame of the program's own code from frame outwards (not the standard
     library's nor an installed package's), or None; read at exit or on a rare event, not at start-up."""
