@@ -195,9 +195,10 @@ def print_row(venvs, plan, work):
         return read_result(result)
 
     samples = bench_stats.interleave(plan["print_rounds"], sides, one, plan["warmup"])
+    # 3x (issues 13 and 23): one write per line to the log beside the console's write is the floor of 2x.
     return judged("print-live", "a user `print()` made live (line-buffered + tee)",
-                  "`print(..., flush=True)` without earlylog", "< 2x",
-                  bench_stats.paired(samples["live"], samples["flush"]), 2.0, unit="us", scale=1e6)
+                  "`print(..., flush=True)` without earlylog", "< 3x",
+                  bench_stats.paired(samples["live"], samples["flush"]), 3.0, unit="us", scale=1e6)
 
 
 def retry_rows(venvs, plan, work):
