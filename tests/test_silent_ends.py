@@ -306,7 +306,9 @@ def _retrying(tmp_path, logdir, *args, minor=None):
     port = _free_port()  # nothing listens there once it is closed
     proc = start([path] + list(args) + [str(port)], str(logdir), program=exe, EARLYLOG_STALL="2", **env)
     try:
-        rep = wait_for(lambda: (lambda r: r if causes(r, "retrying") else None)(report_json(str(logdir))))
+        # A dump may show the retry before the watchdog's `retrying:` line has counted its failures.
+        rep = wait_for(lambda: (lambda r: r if any(" seen in the last " in c["text"] for c in causes(r, "retrying"))
+                                else None)(report_json(str(logdir))))
         text = flat(earlylog("report", logdir).stdout)
     finally:
         kill_tree(proc)

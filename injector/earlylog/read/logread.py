@@ -8,7 +8,7 @@ from collections import deque, namedtuple
 from earlylog import __version__
 from earlylog.read import files as folder_files
 from earlylog.read.frames import cells
-from earlylog.read.model import Crash, Exit, Frame, Stall
+from earlylog.read.model import Crash, Exit, Frame, GilHeld, Retry, Stall
 from earlylog.runtime import records
 
 # `path:line in function: source` (earlylog's dumps) or `File "path", line N[,] in function`
@@ -17,8 +17,6 @@ from earlylog.runtime import records
 _FRAME = re.compile(r'^\s*(?:File "(.+)", line (\d+)(?:,? in (\S+))?|(\S.*?):(\d+) in (\S+?)(?:: (.*))?)\s*$')
 _VERSION = re.compile(r"earlylog (\d+(?:\.\d+)+)")
 _UNRECORDED = ("start-up failed", "hooks failed")  # earlylog's own failures that lose the exit record
-# A thread failing again and again between sleeps (runtime/retries.py).
-_RETRYING = re.compile(r"^retrying: thread (.+?): (\d+) failures seen in the last ([\d.]+) s; handling (.+)$")
 _OWN_AT = re.compile(r"earlylog \d+(?:\.\d+)+ at (/.*?), Python ")
 # This reader's own package folder; each log's start line names the folder of the copy that wrote it.
 OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -76,14 +74,14 @@ class Proc:
         self.files = []
         self.first = self.last = self.activity = None
         self.exit = Exit()      # model.Exit: how it ended (its fields None until its exit record)
-        self.retrying = {}      # thread name -> {"time", "count", "address", "seconds", "handling"}, the newest
+        self.retrying = {}      # thread name -> its newest model.Retry
         self.exception = None   # Raised
         self.repeated = 0       # that traceback's "[Previous line repeated N more times]", summed
         self.deaths = []        # Died: threads that ended with an exception
         self.forked = False     # started by fork() without exec: it holds copies of its parent's locks
         self.fork_threads = None  # (how many, their names) of the other threads at its last `fork:` warning
         self.stall_after = None  # the watchdog's stall threshold (EARLYLOG_STALL), from its note
-        self.gil = None         # faulthandler's Timeout: {"time", "seconds", "threads", "over"}
+        self.gil = None         # faulthandler's Timeout: a model.GilHeld
         self.signal = None      # Signalled
         self.crash = None       # model.Crash: the fatal error that ended it
         self.stall = None       # model.Stall: the stall it was last in (ended or not)
@@ -426,10 +424,9 @@ def _event(folder, p, kind, when, text):
         if not p.mem:
             p.mem.append(text)
     elif kind == "note" and text.startswith("retrying: "):
-        m = _RETRYING.match(text)
-        if m:
-            p.retrying[m.group(1)] = {"time": when, "count": int(m.group(2)), "seconds": float(m.group(3)),
-                                      "handling": m.group(4)}
+        retry = records.parse_retrying(text)
+        if retry:
+            p.retrying[retry[0]] = Retry(when, *retry[1:])
     elif kind == "note" and text.startswith(_TITLE):
         p.title = text[len(_TITLE):].strip() or None
     elif kind == "note" and text.startswith("watchdog: stacks after "):
@@ -566,8 +563,8 @@ def _stall(p, when, text):
         if p.stall is not None:
             p.stall.over = when
     elif text.startswith("the GIL"):  # the watchdog ran again: the GIL stall before it is over
-        if p.gil is not None and p.gil["over"] is None:
-            p.gil["over"] = when
+        if p.gil is not None and p.gil.over is None:
+            p.gil.over = when
         if p.stall is not None and p.stall.gil and p.stall.over is None:
             p.stall.over = when
     else:
@@ -588,7 +585,7 @@ def _gil(p, when, text, threads):
     m = _TIMEOUT.match(text)
     seconds = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3)) if m else 0.0
     threads = [t for t in threads if t.frames]  # `<no Python frame>`: a native thread, nothing to show
-    p.gil = {"time": when, "seconds": seconds, "threads": threads, "over": None}
+    p.gil = GilHeld(when, seconds, threads)
     if when is not None and seconds:
         # The timer fired `seconds` after the watchdog's last beat, and that beat came at most a
         # third of the timeout (at most 5 s) before the last line: the process was there then.

@@ -60,3 +60,19 @@ class Exit:
         self.main_at = None       # the main thread's Frame then, when another thread called it
         self.flush = None         # (stream, error, whether its reader went away): the last flush failed (120)
         self.before = None        # when it last did something before the exit record (verdict._cut_short)
+
+
+class GilHeld:
+    """faulthandler's `Timeout (H:MM:SS)!` block: C code held the GIL, so the watchdog could not run."""
+    __slots__ = ("time", "seconds", "threads", "over")
+
+    def __init__(self, when, seconds, threads):
+        self.time = when          # epoch seconds of the last line before it (faulthandler writes no time)
+        self.seconds = seconds    # how long the watchdog had not run (the timer's timeout)
+        self.threads = threads    # logread.Thread list of its stacks (native threads left out)
+        self.over = None          # when the watchdog ran again (`stall: the GIL ...`)
+
+
+# A thread failing again and again between sleeps, from the watchdog's `retrying:` line
+# (records.retrying): when, how many failures in how many seconds, and the `handling:` words.
+Retry = namedtuple("Retry", "time count seconds handling")

@@ -456,7 +456,7 @@ def _gil(d, p):
         if call and call.startswith("re.") else ""
     return [Cause("gil", "%s: C code has held the GIL for at least %s, so no other thread could run (earlylog's "
                          "watchdog neither; this stack is faulthandler's): thread %s is in %s, called from %s" % (
-                             label(d), secs(p.gil["seconds"]), t.name, call or "a C function", frames.where(t.frame)),
+                             label(d), secs(p.gil.seconds), t.name, call or "a C function", frames.where(t.frame)),
                   "find what keeps %s busy at %s%s; `py-spy dump --native --pid %d` shows its C frames" % (
                       call or "the C call", _place(t.frame), hint, d["pid"]), [d["pid"]], [t.name])]
 

@@ -452,12 +452,12 @@ def _retrying(d, p):
             found = {"thread": t["name"], "handling": handling.words, "count": counted.count if counted else None,
                      "seconds": counted.seconds if counted else None, "frame": t["frame"]}
             break
-    newest = max(p.retrying.values(), key=lambda r: r["time"] or 0) if p.retrying else None
+    thread, newest = max(p.retrying.items(), key=lambda r: r[1].time or 0) if p.retrying else (None, None)
     dumped_since = p.stall is not None and p.stall.time is not None and newest is not None and \
-        newest["time"] is not None and p.stall.time > newest["time"]  # a later dump shows no retry: over
-    if found is None and newest is not None and newest["time"] is not None and p.last is not None and \
-            not dumped_since and newest["time"] >= p.last - max(60.0, 2 * (p.stall_after or 30.0)):
-        found = dict(newest, thread=next(k for k, v in p.retrying.items() if v is newest), frame=None)
+        newest.time is not None and p.stall.time > newest.time  # a later dump shows no retry: over
+    if found is None and newest is not None and newest.time is not None and p.last is not None and \
+            not dumped_since and newest.time >= p.last - max(60.0, 2 * (p.stall_after or 30.0)):
+        found = dict(newest._asdict(), thread=thread, frame=None)
     if found is None or p.exit.status is not None or p.crash is not None:
         return
     words = notes.parse("handling: " + found["handling"])  # a dump's note, or the `retrying:` line's words

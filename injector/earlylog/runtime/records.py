@@ -25,6 +25,24 @@ TIMEOUTS = frozenset(("TimeoutError", "socket.timeout", "concurrent.futures._bas
                       "asyncio.exceptions.TimeoutError"))
 
 
+def retrying(thread, count, seconds, handling):
+    """The watchdog's `note: retrying: ...` line (retries.py): a thread failing again and again
+    between sleeps; handling: the `handling:` note's words (notes.py parses them)."""
+    return "retrying: thread %s: %d failures seen in the last %.1f s; handling %s" % (thread, count, seconds, handling)
+
+
+def parse_retrying(text):
+    """(thread, count, seconds, handling) from retrying()'s line, else None."""
+    if not _RETRYING:
+        import re
+        _RETRYING.append(re.compile(r"^retrying: thread (.+?): (\d+) failures seen in the last ([\d.]+) s; handling (.+)$"))
+    m = _RETRYING[0].match(text)
+    return (m.group(1), int(m.group(2)), float(m.group(3)), m.group(4)) if m else None
+
+
+_RETRYING = []
+
+
 def polling(error, target):
     """Is an exception of this name (`queue.Empty`) a poll's "nothing yet", not a failure?"""
     return error in POLLS or error in TIMEOUTS and not target

@@ -156,8 +156,7 @@ def _beat(names, every):
         if count < MIN_FAILURES or count == noted or (noted and count < 2 * noted and now - noted_at < every):
             continue
         entry[5], entry[6] = count, now
-        out.append("retrying: thread %s: %d failures seen in the last %.1f s; handling %s" % (
-            names().get(ident, "?"), count, now - entry[3], describe(exc)))
+        out.append(records.retrying(names().get(ident, "?"), count, now - entry[3], describe(exc)))
     for ident in [i for i, e in seen.items() if now - e[4] > QUIET or i not in (current or frames)]:
         del seen[ident]  # quiet for long, or the thread ended
     return out
