@@ -27,6 +27,7 @@ from earlylog.runtime.state import HIGH_FD
 FLOOR = HIGH_FD + 64
 LOW_FLOOR = 10        # where the open-files limit is at or under FLOOR (sinks._high_fd does the same)
 MAX_KEPT = 64         # descriptors kept open for re-reading; past it a file is opened for each read
+MAX_SOURCES = 64      # source files getlines keeps where the program has not imported linecache
 F_DUPFD_CLOEXEC = 1030
 # Filesystems whose open may wait on a server or another process: opened with the GIL let go.
 REMOTE = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "lustre", "gpfs", "9p", "afs", "glusterfs",
@@ -373,9 +374,12 @@ def listdir(path):
 def getlines(filename):
     """linecache.getlines(filename), the file read through a high descriptor: linecache opens it at
     the lowest free number and lets the program run until it closes it. Fills linecache's cache as
-    linecache.updatecache would (the program's tracebacks share it); [] where it cannot."""
-    import linecache
-    entry = linecache.cache.get(filename)
+    linecache.updatecache would (the program's tracebacks share it) where the program has imported
+    linecache, else a cache of our own: importing linecache imports tokenize and re, and those
+    enum, functools and collections, most of a megabyte for a small process. [] where it cannot."""
+    linecache = sys.modules.get("linecache")
+    cache = linecache.cache if linecache is not None else _lines
+    entry = cache.get(filename)
     if entry is not None and len(entry) != 1:  # a 1-tuple is a lazy entry: linecache would open
         return entry[2]
     if not filename or filename.startswith("<") and filename.endswith(">"):
@@ -391,15 +395,38 @@ def getlines(filename):
             return []
         try:
             import io
-            import tokenize
-            buffer = io.BytesIO(data)
-            encoding = tokenize.detect_encoding(buffer.readline)[0]
-            buffer.seek(0)
-            lines = io.TextIOWrapper(buffer, encoding, line_buffering=True).readlines()
-        except (SyntaxError, UnicodeDecodeError, LookupError):
+            lines = io.TextIOWrapper(io.BytesIO(data), _encoding(data), line_buffering=True).readlines()
+        except (UnicodeDecodeError, LookupError):
             return []
         if lines and not lines[-1].endswith("\n"):
             lines[-1] += "\n"
-        linecache.cache[filename] = st.st_size, st.st_mtime, lines, fullname
+        if cache is _lines and len(_lines) >= MAX_SOURCES:
+            _lines.clear()
+        cache[filename] = st.st_size, st.st_mtime, lines, fullname
         return lines
     return []
+
+
+_lines = {}  # getlines' cache, where the program has not imported linecache
+
+
+def _encoding(data):
+    """A source file's encoding as tokenize.detect_encoding reads it (PEP 263): a UTF-8 BOM, else
+    a `coding[:=]NAME` comment on one of its first two lines (the second only after a comment or
+    blank first line), else UTF-8."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        return "utf-8-sig"
+    for line in data.split(b"\n", 2)[:2]:
+        text = line.lstrip(b" \t\f")
+        if text.startswith(b"#"):
+            at = text.find(b"coding")
+            if at >= 0 and text[at + 6:at + 7] in (b":", b"="):
+                name = text[at + 7:].lstrip(b" \t")
+                end = 0
+                while end < len(name) and (name[end:end + 1].isalnum() or name[end:end + 1] in b"-_."):
+                    end += 1
+                if end:
+                    return name[:end].decode("ascii", "replace")
+        elif text.strip():
+            break  # code on the first line: no cookie on the second
+    return "utf-8"

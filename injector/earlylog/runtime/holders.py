@@ -9,9 +9,9 @@ made on (calls_at, and call_at's `time.sleep` for runtime/aio.py), and what each
 It runs in the watchdog thread at dump time only. It must never run the program's code: values
 are read only through runtime/introspect.py (objects by identity and exact type), and source
 through linecache from the file (runtime/fds.py: no import hook or loader runs). It never
-blocks and never raises; what cannot be known is left out. Its cost falls on dumps only: ast is
-imported at the first one, which parses the functions on the stacks; what the sources say is
-kept for the next dumps (line and column numbers only, never a syntax tree)."""
+blocks and never raises; what cannot be known is left out. Its cost falls on dumps only: the
+first one parses the functions on the stacks (runtime/syntax.py: `ast`'s pieces on `_ast`); what
+the sources say is kept for the next dumps (line and column numbers only, never a syntax tree)."""
 import sys
 
 from earlylog.runtime import introspect, notes as grammar, syncs, threads as our_threads
@@ -215,7 +215,7 @@ def _source(frame):
         return _files[key]
     src = None
     try:
-        import ast
+        from earlylog.runtime import syntax as ast
         from earlylog.runtime import fds
         lines = fds.getlines(code.co_filename)  # linecache's, read through a high descriptor
         if key[1]:
@@ -274,7 +274,7 @@ def _expr(lines, span):
         return None
     found = _exprs.get(text)
     if found is None:
-        import ast
+        from earlylog.runtime import syntax as ast
         if len(_exprs) >= MAX_EXPRS:
             _exprs.clear()
         try:
@@ -283,7 +283,7 @@ def _expr(lines, span):
             return None
         names = frozenset(n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node)
                           if isinstance(n, (ast.Name, ast.Attribute)))
-        found = _exprs[text] = (node, ast.unparse(node), names)
+        found = _exprs[text] = (node, ast.unparse(node) or " ".join(text.split()), names)
     return found
 
 

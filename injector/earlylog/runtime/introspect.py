@@ -39,7 +39,7 @@ _GETSET = type(type.__dict__["__dict__"])       # the standard __dict__ descript
 def resolve(expr, frame):
     """(True, value) of a name, attribute chain or constant/name-indexed subscript, read from
     dicts only; (False, None) when it cannot be read that way."""
-    import ast
+    import _ast as ast  # the node classes alone (runtime/syntax.py says why not `ast`)
     if isinstance(expr, ast.Name):
         for scope in (frame_locals(frame), frame.f_globals, frame.f_builtins):
             if expr.id in scope:
