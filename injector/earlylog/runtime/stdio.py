@@ -103,8 +103,14 @@ class Tee(io.BufferedIOBase):
         self._pending = {}
 
     def flush(self):
-        if on_main_flush is not None and get_ident() == _MAIN and not _has_caller():
-            on_main_flush()
+        if on_main_flush is not None and get_ident() == _MAIN:
+            # No Python frame above ours: the interpreter's own flush after the main script ends,
+            # or at shutdown (see on_main_flush). Inline: every live print() of the main thread
+            # comes through here.
+            try:
+                sys._getframe(1)
+            except ValueError:
+                on_main_flush()
         if self._dropped:
             return  # nothing is left to flush without earlylog (see __init__)
         try:
@@ -167,16 +173,6 @@ def hide_frame(exc):
     tb = exc.__traceback__
     if tb is not None and tb.tb_frame is sys._getframe(1):
         exc.__traceback__ = tb.tb_next
-
-
-def _has_caller():
-    """False when C code called us with no Python frame above: the interpreter's own flush after
-    the main script ends, or at shutdown (see on_main_flush)."""
-    try:
-        sys._getframe(2)
-        return True
-    except ValueError:
-        return False
 
 
 def _is_pipe(stream):
