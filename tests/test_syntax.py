@@ -72,3 +72,17 @@ def test_a_dump_imports_neither_ast_nor_re():
         os.unlink(path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_a_source_file_s_encoding_is_read_as_tokenize_reads_it():
+    """fds.getlines decodes a source file by its PEP 263 cookie or BOM without importing tokenize."""
+    import codecs
+    import io
+    import tokenize
+    from earlylog.runtime import fds
+    samples = [b"x = 1\n", b"# -*- coding: latin-1 -*-\nx = 1\n", b"#!/usr/bin/env python\n# coding=cp1252\nx = 1\n",
+               b"\xef\xbb\xbfx = 1\n", b"x = 1\n# coding: latin-1\n", b"# vim: set fileencoding=iso-8859-15 :\n",
+               b"\n# coding: koi8-r\n", b"", b"#!python\n\n# coding: latin-1\n"]
+    for data in samples:
+        expected = tokenize.detect_encoding(io.BytesIO(data).readline)[0]
+        assert codecs.lookup(fds._encoding(data)).name == codecs.lookup(expected).name, data
