@@ -269,3 +269,14 @@ def test_exit_records():
     assert value["call"] == "ended by earlylog: stuck for 6 s in read_index at job.py:5 (EARLYLOG_STALL_EXIT=6)"
     value = read("end of program")
     assert value["status"] == 0 and value["call"] is None and value["by"] is None and value["flush"] is None
+
+
+def test_watchdog_lines():
+    """The `retrying:` and `fork:` lines (runtime/records.py): what retries.py and fault.py write, the reader reads back."""
+    assert records.parse_retrying(records.retrying("loader", 7, 12.25, "ConnectionRefusedError: [Errno 111]")) == (
+        "loader", 7, 12.2, "ConnectionRefusedError: [Errno 111]")
+    assert records.parse_retrying("retrying: something else") is None
+    assert records.parse_fork_threads(records.fork_threads(["prefetcher"])) == (1, "prefetcher")
+    assert records.parse_fork_threads(records.fork_threads(["a", "b"])) == (2, "a, b")
+    assert records.fork_threads(["a", "b"]).startswith("fork() while 2 other threads run (a, b): ")
+

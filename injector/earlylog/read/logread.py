@@ -31,7 +31,6 @@ _NO_PROGRESS = re.compile(r"^(?:no training step|thread .+? made no progress) fo
 _STALL_AFTER = re.compile(r"^watchdog: stacks after (\d+(?:\.\d+)?) s of silence")
 _START = re.compile(r"^pid \d+ \(parent (\d+)\) (.*); log (.*) \(via ")
 _GRANDPARENT = re.compile(r"\(via [^;]*\); grandparent (\d+)")
-_FORK_THREADS = re.compile(r"^fork\(\) while (\d+) other threads? runs? \((.*?)\): ")
 _PLACE = re.compile(r"; distributed ((?:\w+=\S+ ?)+)$")
 _TITLE = "process title: "
 # asyncio's own report of a task freed with an exception nobody retrieved, on stderr: this line,
@@ -417,8 +416,7 @@ def _event(folder, p, kind, when, text):
     elif kind == "phase":
         _phase(p, when, text)
     elif kind == "fork":
-        m = _FORK_THREADS.match(text)
-        p.fork_threads = (int(m.group(1)), m.group(2)) if m else p.fork_threads
+        p.fork_threads = records.parse_fork_threads(text) or p.fork_threads
     elif kind == "mem":
         p.mem[1:] = [text] if p.mem else []
         if not p.mem:

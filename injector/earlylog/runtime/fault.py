@@ -10,7 +10,7 @@ import faulthandler
 import os
 import sys
 
-from earlylog.runtime import state, threads
+from earlylog.runtime import records, state, threads
 
 _REAL = {name: getattr(faulthandler, name) for name in (
     "enable", "disable", "is_enabled", "register", "unregister",
@@ -78,11 +78,7 @@ def _warn_fork(armed):
     if not others or tuple(others) in armed.warned_forks:
         return
     armed.warned_forks.add(tuple(others))
-    armed.logger.event("fork", "fork() while %d other thread%s run%s (%s): a lock any of them holds stays "
-                               "locked forever in the child, the classic DataLoader-worker deadlock; the "
-                               "'spawn' or 'forkserver' start method avoids it"
-                       % (len(others), "" if len(others) == 1 else "s", "s" if len(others) == 1 else "",
-                          ", ".join(others)))
+    armed.logger.event("fork", records.fork_threads(others))
 
 
 def _after_fork_in_parent():

@@ -9,8 +9,33 @@ CONTINUATION = "| "
 KINDS = ("start", "exit", "exception", "signal", "fatal", "stall", "dump", "phase", "probe",
          "WARNING", "out", "err", "mem", "fork", "mark", "note", "earlylog")
 
-# Compiled on first parse: the runtime only formats, and must not pay for `re` at start-up.
-_PATTERNS = []
+# What the reader parses, each beside its writer below; compiled on first use (_re): the runtime
+# only formats, and must not pay for `re` at start-up.
+ENDED_BY_US = "ended by earlylog: "  # an exit record's words for a process EARLYLOG_STALL_EXIT ended (act.py)
+_AT = r" in (\S+) at ([^:;]+):(\d+)"  # place()'s words after an exit call: function, file, line
+_REGEXES = {
+    "line": r"^\[earlylog\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) (\d+) (\S+) (.*)$",
+    "kind": r"^([A-Za-z]+): ?",
+    "retrying": r"^retrying: thread (.+?): (\d+) failures seen in the last ([\d.]+) s; handling (.+)$",
+    "fork": r"^fork\(\) while (\d+) other threads? runs? \((.*?)\): ",
+    "status": r"status (-?\d+)",
+    # An argument is a repr, which may hold "; ": the call ends where what may follow it begins.
+    "call": r"; ((?:sys\.exit|exit|os\._exit|raise SystemExit)\(.*?\)(?:%s(?:, from (\S+) at ([^:;]+):(\d+))?)?"
+            r"|python could not open the script .*?)(?=; from (?:thread |the main thread)"
+            r"|; \d+ console lines? dropped|$)" % _AT,
+    "ended": ENDED_BY_US + r"stuck for (\d+ s) in (.*) \(EARLYLOG_STALL_EXIT=([^)]*)\)",
+    "by": r"; from (thread .+?|the main thread)(?: while the main thread was in (\S+) at ([^:;]+):(\d+))?(?:; |$)",
+    "flush": r"; flushing (stdout|stderr) at exit failed \((\w+)\)(; the reader of its \w+ went away)?",
+}
+_COMPILED = {}
+
+
+def _re(name):
+    pattern = _COMPILED.get(name)
+    if pattern is None:
+        import re
+        pattern = _COMPILED[name] = re.compile(_REGEXES[name])
+    return pattern
 
 
 
@@ -33,14 +58,22 @@ def retrying(thread, count, seconds, handling):
 
 def parse_retrying(text):
     """(thread, count, seconds, handling) from retrying()'s line, else None."""
-    if not _RETRYING:
-        import re
-        _RETRYING.append(re.compile(r"^retrying: thread (.+?): (\d+) failures seen in the last ([\d.]+) s; handling (.+)$"))
-    m = _RETRYING[0].match(text)
+    m = _re("retrying").match(text)
     return (m.group(1), int(m.group(2)), float(m.group(3)), m.group(4)) if m else None
 
 
-_RETRYING = []
+
+def fork_threads(names):
+    """The `fork:` line (fault.py, before a fork): the program's other threads by name."""
+    return "fork() while %d other thread%s run%s (%s): a lock any of them holds stays locked forever in the " \
+           "child, the classic DataLoader-worker deadlock; the 'spawn' or 'forkserver' start method avoids it" % (
+               len(names), "" if len(names) == 1 else "s", "s" if len(names) == 1 else "", ", ".join(names))
+
+
+def parse_fork_threads(text):
+    """(how many, their names as one text) from fork_threads()'s line, else None."""
+    m = _re("fork").match(text)
+    return (int(m.group(1)), m.group(2)) if m else None
 
 
 def polling(error, target):
@@ -70,7 +103,6 @@ def place(function, filename, line):
 # --- The exit record: `exit: status N after S s; HOW[; FROM][; DROPPED]`, or a
 # second one, `exit: status 120 after S s; FLUSH`. Its words are written (hooks.py, act.py) and read
 # (parse_exit, for logread) here only. A place below is (function, filename, line).
-ENDED_BY_US = "ended by earlylog: "  # HOW of a process EARLYLOG_STALL_EXIT ended (act.py)
 
 
 def exit_call(how, arg, at=None, outer=None):
@@ -116,11 +148,10 @@ def parse_exit(text):
     the places in it; by, who called os._exit (`thread loader`, `the main thread`) and main_at,
     where the main thread then was; flush, (stream, error, whether its reader went away); ended,
     (seconds, where, knob) of EARLYLOG_STALL_EXIT."""
-    patterns = _exit_patterns()
-    status = patterns["status"].search(text)
+    status = _re("status").search(text)
     out = {"status": int(status.group(1)) if status else None, "call": None, "at": None, "outer": None,
            "by": None, "main_at": None, "flush": None, "ended": None}
-    call = patterns["call"].search(text)
+    call = _re("call").search(text)
     if call:
         out["call"] = call.group(1)
         out["at"], out["outer"] = _place(call.group(2), call.group(3), call.group(4)), \
@@ -128,11 +159,11 @@ def parse_exit(text):
     ended = parse_ended(text)
     if ended:
         out["call"], out["ended"] = text[text.index(ENDED_BY_US):], ended
-    by = patterns["by"].search(text)
+    by = _re("by").search(text)
     if by:
         out["by"] = by.group(1)
         out["main_at"] = _place(by.group(2), by.group(3), by.group(4))
-    flush = patterns["flush"].search(text)
+    flush = _re("flush").search(text)
     if flush:
         out["flush"] = (flush.group(1), flush.group(2), bool(flush.group(3)))
     return out
@@ -140,32 +171,13 @@ def parse_exit(text):
 
 def parse_ended(text):
     """(`6 s`, where, the knob's value) from ended_by_us()'s words in text, else None."""
-    ended = _exit_patterns()["ended"].search(text or "")
+    ended = _re("ended").search(text or "")
     return ended.groups() if ended else None
 
 
 def _place(function, filename, line):
     return (function, filename, int(line)) if function is not None else None
 
-
-_EXIT_PATTERNS = {}
-
-
-def _exit_patterns():
-    if not _EXIT_PATTERNS:
-        import re
-        at = r" in (\S+) at ([^:;]+):(\d+)"
-        _EXIT_PATTERNS.update(
-            status=re.compile(r"status (-?\d+)"),
-            # An argument is a repr, which may hold "; ": the call ends where what may follow it begins.
-            call=re.compile(r"; ((?:sys\.exit|exit|os\._exit|raise SystemExit)\(.*?\)(?:%s(?:, from (\S+) at ([^:;]+):(\d+))?)?"
-                            r"|python could not open the script .*?)(?=; from (?:thread |the main thread)"
-                            r"|; \d+ console lines? dropped|$)" % at),
-            ended=re.compile(re.escape(ENDED_BY_US) + r"stuck for (\d+ s) in (.*) \(EARLYLOG_STALL_EXIT=([^)]*)\)"),
-            by=re.compile(r"; from (thread .+?|the main thread)(?: while the main thread was in (\S+) at ([^:;]+):(\d+))?"
-                          r"(?:; |$)"),
-            flush=re.compile(r"; flushing (stdout|stderr) at exit failed \((\w+)\)(; the reader of its \w+ went away)?"))
-    return _EXIT_PATTERNS
 
 def outer(frame):
     """The innermost frame of the program's own code from frame outwards (not the standard
@@ -176,14 +188,6 @@ def outer(frame):
     while frame is not None and frame.f_code.co_filename.startswith(libraries):
         frame = frame.f_back
     return frame
-
-
-def _patterns():
-    if not _PATTERNS:
-        import re
-        _PATTERNS.append(re.compile(r"^\[earlylog\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) (\d+) (\S+) (.*)$"))
-        _PATTERNS.append(re.compile(r"^([A-Za-z]+): ?"))
-    return _PATTERNS
 
 
 _second = (None, "")  # (whole second, its local time text): one tuple, so a reader never sees half
@@ -247,7 +251,7 @@ class Formatter:
 def parse(line):
     """One line (text or JSON) as a dict with time, pid, tag, kind, msg; None if it is not ours."""
     line = line.rstrip("\r\n")
-    text_pattern, kind_pattern = _patterns()
+    text_pattern, kind_pattern = _re("line"), _re("kind")
     if line.startswith("{"):
         import json
         try:
