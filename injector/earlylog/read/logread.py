@@ -26,8 +26,6 @@ _IDENT = re.compile(r"\bident (0x[0-9a-f]+)|^(?:Current thread|Thread) (0x[0-9a-
 _REPEATED = re.compile(r"^\[Previous line repeated (\d+) more times?\]$")
 _THREAD_DIED = re.compile(r"^in thread (.+?): (\S.*)$")
 _TIMEOUT = re.compile(r"^Timeout \((\d+):(\d\d):(\d\d(?:\.\d+)?)\)!")
-# A stall the watchdog tells while other threads print (runtime/stuck.py): not ended by output.
-_NO_PROGRESS = re.compile(r"^(?:no training step|thread .+? made no progress) for (\d+(?:\.\d+)?) s")
 _STALL_AFTER = re.compile(r"^watchdog: stacks after (\d+(?:\.\d+)?) s of silence")
 _START = re.compile(r"^pid \d+ \(parent (\d+)\) (.*); log (.*) \(via ")
 _GRANDPARENT = re.compile(r"\(via [^;]*\); grandparent (\d+)")
@@ -570,11 +568,12 @@ def _stall(p, when, text):
         # stacks of the stall before, rather than none.
         earlier = p.stall.threads if p.stall is not None and p.stall.over is None else []
         p.stall = Stall(when, text, earlier)
-        m = _NO_PROGRESS.match(text)
-        if m and when is not None:
+        noisy = records.parse_noisy_stall(text)
+        if noisy and when is not None:
             # Output goes on during such a stall: only its `over` line ends it; it began
             # `seconds` before its line (the last step, or the thread's last move).
-            p.stall.noisy, p.stall.since = True, when - float(m.group(1))
+            p.stall.noisy, p.stall.since = True, when - noisy[0]
+            p.stall.stuck, p.stall.steps = noisy[1], noisy[2]
 
 
 def _gil(p, when, text, threads):

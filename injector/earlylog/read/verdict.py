@@ -43,13 +43,9 @@ def _main_thread(threads):
     return next((t for t in threads if t.main), threads[0] if threads else None)
 
 
-_STUCK = re.compile(r"(?:^|; )thread (.+?) made no progress for ")
-
-
 def _stuck_thread(stall):
     """The thread a stall line names as the one that made no progress, else the main thread."""
-    m = _STUCK.search(stall.text) if stall.noisy else None
-    named = next((t for t in stall.threads if m and t.name == m.group(1)), None)
+    named = next((t for t in stall.threads if stall.stuck is not None and t.name == stall.stuck), None)
     return named or _main_thread(stall.threads)
 
 
@@ -319,10 +315,9 @@ def _stall_summary(d, p, now, local):
         text = "idle for %s: %s, in %s" % (secs(silent), d["idle"], place)
     else:
         text = "%s for %s in %s" % ("busy" if d["state"] == "busy" else "stalled", secs(silent), place)
-        steps = _STEPS.match(p.stall.text) if p.stall.noisy else None
-        if steps:  # `stalled: no training step for 41 s (steps came every ~0.2 s before; last step 5), in ...`
+        if p.stall.steps:  # `stalled: no training step for 41 s (steps came every ~0.2 s before; last step 5), in ...`
             text = "%s: no training step for %s (%s), in %s" % (
-                "busy" if d["state"] == "busy" else "stalled", secs(silent), steps.group(1), place)
+                "busy" if d["state"] == "busy" else "stalled", secs(silent), p.stall.steps, place)
         elif p.stall.noisy:
             text += ", while other threads kept printing (thread %s made no progress)" % main["name"]
         if d["phase"]:
@@ -332,11 +327,6 @@ def _stall_summary(d, p, now, local):
     d["stall"]["summary"] = text
     d["summary"] = text if d["state"] in ("stalled", "running", "idle", "busy") else \
         d["summary"] + "; it had " + ("been " if d["idle"] else "") + text
-
-
-# The training heartbeat's stall line (runtime/stuck.py): what came before the stall.
-_STEPS = re.compile(r"^no training step for \d+(?:\.\d+)? s \(((?:step|batch)s came every ~[\d.]+ s before; "
-                    r"last (?:step|batch) \d+)\)")
 
 
 def _awaited(main):

@@ -18,6 +18,9 @@ _REGEXES = {
     "kind": r"^([A-Za-z]+): ?",
     "retrying": r"^retrying: thread (.+?): (\d+) failures seen in the last ([\d.]+) s; handling (.+)$",
     "fork": r"^fork\(\) while (\d+) other threads? runs? \((.*?)\): ",
+    "no step": r"^no training step for (\d+(?:\.\d+)?) s \(((?:steps|batches) came every ~[\d.]+ s before; "
+               r"last (?:step|batch) \d+)\)",
+    "no progress": r"(?:^|; )thread (.+?) made no progress for (\d+(?:\.\d+)?) s while other threads kept printing",
     "status": r"status (-?\d+)",
     # An argument is a repr, which may hold "; ": the call ends where what may follow it begins.
     "call": r"; ((?:sys\.exit|exit|os\._exit|raise SystemExit)\(.*?\)(?:%s(?:, from (\S+) at ([^:;]+):(\d+))?)?"
@@ -61,6 +64,29 @@ def parse_retrying(text):
     m = _re("retrying").match(text)
     return (m.group(1), int(m.group(2)), float(m.group(3)), m.group(4)) if m else None
 
+
+
+def no_step(seconds, unit, every, last):
+    """A `stall:` line's part when the training heartbeat stopped (stuck.py): no optimizer step
+    (unit `step`) or DataLoader batch (`batch`) for seconds; every: the cadence before, as text."""
+    return "no training step for %.0f s (%s came every ~%s s before; last %s %d)" % (
+        seconds, "batches" if unit == "batch" else unit + "s", every, unit, last)
+
+
+def no_progress(thread, seconds, verdict):
+    """A `stall:` line's part for a thread that stopped while others printed (stuck.py); the
+    writer adds its phase and how many more threads after it."""
+    return "thread %s made no progress for %.0f s while other threads kept printing; %s" % (thread, seconds, verdict)
+
+
+def parse_noisy_stall(text):
+    """(seconds, the stuck thread's name or None, the heartbeat's words or None) of a stall told
+    while other threads printed (no_step, no_progress; the first part's seconds), else None."""
+    step, stuck = _re("no step").match(text), _re("no progress").search(text)
+    if step is None and stuck is None:
+        return None
+    seconds = float(step.group(1) if step else stuck.group(2))
+    return seconds, stuck.group(1) if stuck else None, step.group(2) if step else None
 
 
 def fork_threads(names):

@@ -15,7 +15,7 @@ import sys
 import time
 from _thread import get_ident
 
-from earlylog.runtime import threads as our_threads
+from earlylog.runtime import records, threads as our_threads
 
 MAX_FRAMES = 40     # frames in a stack signature, as in a dump
 GROWTH_CAP = 3600.0  # a stall is told again at S, 2S, 4S ... of it, at least once an hour after
@@ -132,17 +132,15 @@ class Tracker:
         main = our_threads.main_ident()
         parts = []
         if beats is not None:
-            parts.append("no training step for %.0f s (%ss came every ~%s s before; last %s %d)" % (
-                beats[0], beats[4], _secs(beats[1]), beats[4], beats[3]))
+            parts.append(records.no_step(beats[0], beats[4], _secs(beats[1]), beats[3]))
         if stuck:
             first = min(stuck, key=lambda ident: (ident != main, stuck[ident].since))
             more = len(stuck) - 1
             from earlylog.runtime import phases
             phase = phases.describe(first)
-            parts.append("thread %s made no progress for %.0f s while other threads kept printing; %s%s%s" % (
-                _name(first, main), now - stuck[first].since, stuck[first].verdict,
-                " (phase %s)" % phase if phase else "",
-                " (and %d more thread%s)" % (more, "" if more == 1 else "s") if more else ""))
+            parts.append(records.no_progress(_name(first, main), now - stuck[first].since, stuck[first].verdict) +
+                         (" (phase %s)" % phase if phase else "") +
+                         (" (and %d more thread%s)" % (more, "" if more == 1 else "s") if more else ""))
         if not stuck and whole >= BUSY:
             parts.append("busy: CPU time still rising (%d%% of a core), computing rather than hung"
                          % round(whole * 100))
