@@ -293,3 +293,18 @@ def test_noisy_stall_lines():
         41.0, "MainThread", "steps came every ~0.2 s before; last step 5")
     assert records.parse_noisy_stall(records.no_step(9, "batch", "1.5", 30))[2] == "batches came every ~1.5 s before; last batch 30"
     assert records.parse_noisy_stall("silent for 30 s; blocked: sleeping") is None
+
+
+def test_start_lines():
+    """The `start:` line (boot.py writes it through records.py), read back; an older earlylog's
+    line without the later parts still gives what it has."""
+    line = records.start_line(41, 40, "argv python 'a; log b' x.py", "/logs/x.log", "fork", "0.1.0",
+                              "/venv/lib/python3.11/site-packages", "3.11.7", 7, "rank=3 local_rank=1 job=4711_3")
+    assert records.parse_start(line) == {
+        "ppid": 40, "argv": "argv python 'a; log b' x.py", "origin": "fork", "version": "0.1.0",
+        "package": "/venv/lib/python3.11/site-packages", "grandparent": 7,
+        "place": {"rank": 3, "local_rank": 1, "job": "4711_3"}}
+    plain = records.parse_start(records.start_line(5, 1, "argv python -c pass", None, "pth", "0.1.0", "/p", "3.9.18"))
+    assert (plain["grandparent"], plain["place"], plain["origin"]) == (None, {}, "pth")
+    old = records.parse_start("pid 5 (parent 1) argv python t.py; log /l/t.log (via pth, earlylog 0.0.9)")
+    assert (old["ppid"], old["version"], old["package"]) == (1, "0.0.9", None)

@@ -15,9 +15,7 @@ from earlylog.runtime import records
 # (faulthandler's raw crash output and Python tracebacks).
 # A SyntaxError's place is a frame with no function (`File "x.py", line 2`): shown as <source>.
 _FRAME = re.compile(r'^\s*(?:File "(.+)", line (\d+)(?:,? in (\S+))?|(\S.*?):(\d+) in (\S+?)(?:: (.*))?)\s*$')
-_VERSION = re.compile(r"earlylog (\d+(?:\.\d+)+)")
 _UNRECORDED = ("start-up failed", "hooks failed")  # earlylog's own failures that lose the exit record
-_OWN_AT = re.compile(r"earlylog \d+(?:\.\d+)+ at (/.*?), Python ")
 # This reader's own package folder; each log's start line names the folder of the copy that wrote it.
 OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A plain-words line the runtime writes under a thread (`  blocked: ...`, `  held by: ...`): never a frame.
@@ -27,9 +25,6 @@ _REPEATED = re.compile(r"^\[Previous line repeated (\d+) more times?\]$")
 _THREAD_DIED = re.compile(r"^in thread (.+?): (\S.*)$")
 _TIMEOUT = re.compile(r"^Timeout \((\d+):(\d\d):(\d\d(?:\.\d+)?)\)!")
 _STALL_AFTER = re.compile(r"^watchdog: stacks after (\d+(?:\.\d+)?) s of silence")
-_START = re.compile(r"^pid \d+ \(parent (\d+)\) (.*); log (.*) \(via ")
-_GRANDPARENT = re.compile(r"\(via [^;]*\); grandparent (\d+)")
-_PLACE = re.compile(r"; distributed ((?:\w+=\S+ ?)+)$")
 _TITLE = "process title: "
 # asyncio's own report of a task freed with an exception nobody retrieved, on stderr: this line,
 # then `future: <Task finished name='Task-2' coro=<producer() done, ...> exception=ValueError(...)>`
@@ -389,22 +384,15 @@ def _event(folder, p, kind, when, text):
     elif kind == "start":
         if p.argv is not None:
             _exec(p)
-        m = _START.match(text)
-        if m:
-            p.ppid, p.argv = int(m.group(1)), m.group(2)
-        p.forked = "(via fork," in text
-        grandparent = _GRANDPARENT.search(text)
-        p.grandparent = int(grandparent.group(1)) if grandparent else None
-        place = _PLACE.search(text)
-        if place:
-            p.place = {k: int(v) if v.isdigit() and k != "job" else v  # a job id is a name: `4711`, `4711_3`
-                       for k, _, v in (w.partition("=") for w in place.group(1).split())}
-        own = _OWN_AT.search(text)
-        if own:
-            p.own = own.group(1)
-        v = _VERSION.search(text)
-        if v:
-            p.version = v.group(1)
+        start = records.parse_start(text)
+        if start["argv"] is not None:
+            p.ppid, p.argv = start["ppid"], start["argv"]
+        p.forked = start["origin"] == "fork"
+        p.grandparent = start["grandparent"]
+        p.place = start["place"] or p.place
+        p.own = start["package"] or p.own
+        if start["version"]:
+            p.version = start["version"]
             if _newer(p.version) and (folder.newer is None or _tuple(p.version) > _tuple(folder.newer)):
                 folder.newer = p.version
     elif kind == "exit":

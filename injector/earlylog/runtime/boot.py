@@ -162,7 +162,7 @@ def _failed(step, exc):
 
 
 def _start(origin, parent_tag=None):
-    from earlylog.runtime import config as config_module, identity, sinks
+    from earlylog.runtime import config as config_module, identity, records, sinks
     started = time.time()
     config = state.config = config_module.Config()
     if not config.enabled:
@@ -192,11 +192,10 @@ def _start(origin, parent_tag=None):
     # and its node in a report of many hosts.
     # A fork child's start line stays in its file: the child may exec at once (pexpect, pty.spawn,
     # a daemon's double fork), and its streams are then the new program's output, read as data.
-    logger.event("start", "pid %d (parent %d) %s; log %s (via %s, earlylog %s at %s, Python %s)%s%s"
-                 % (ident.pid, ident.ppid, _quote_argv(ident.argv), path or "unavailable", origin,
-                    _version(), os.path.dirname(os.path.dirname(os.path.abspath(__file__))), sys.version.split()[0],
-                    "; grandparent %d" % ident.grandparent if ident.grandparent else "",
-                    "; distributed " + ident.place if ident.place else ""), console=parent_tag is None)
+    logger.event("start", records.start_line(
+        ident.pid, ident.ppid, _quote_argv(ident.argv), path, origin, _version(),
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), sys.version.split()[0], ident.grandparent,
+        ident.place), console=parent_tag is None)
     for problem in config.problems:
         logger.event("WARNING", problem, console=parent_tag is None)  # the parent said it already
     if parent:

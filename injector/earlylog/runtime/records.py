@@ -16,6 +16,12 @@ _AT = r" in (\S+) at ([^:;]+):(\d+)"  # place()'s words after an exit call: func
 _REGEXES = {
     "line": r"^\[earlylog\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) (\d+) (\S+) (.*)$",
     "kind": r"^([A-Za-z]+): ?",
+    "start": r"^pid \d+ \(parent (\d+)\) (.*); log (.*) \(via ",
+    "origin": r"\(via (\w+), earlylog ",
+    "version": r"earlylog (\d+(?:\.\d+)+)",
+    "package": r"earlylog \d+(?:\.\d+)+ at (/.*?), Python ",
+    "grandparent": r"\(via [^;]*\); grandparent (\d+)",
+    "place": r"; distributed ((?:\w+=\S+ ?)+)$",
     "retrying": r"^retrying: thread (.+?): (\d+) failures seen in the last ([\d.]+) s; handling (.+)$",
     "fork": r"^fork\(\) while (\d+) other threads? runs? \((.*?)\): ",
     "no step": r"^no training step for (\d+(?:\.\d+)?) s \(((?:steps|batches) came every ~[\d.]+ s before; "
@@ -51,6 +57,33 @@ POLLS = frozenset(("_queue.Empty", "queue.Empty", "asyncio.queues.QueueEmpty", "
                    "StopIteration", "StopAsyncIteration", "GeneratorExit", "KeyboardInterrupt", "SystemExit"))
 TIMEOUTS = frozenset(("TimeoutError", "socket.timeout", "concurrent.futures._base.TimeoutError",
                       "asyncio.exceptions.TimeoutError"))
+
+
+def start_line(pid, ppid, argv, path, origin, version, package, python, grandparent=None, place=""):
+    """The `start:` line (boot.py): argv as `argv WORDS`; path, the log file or None; origin, which
+    hook started it (pth, start, sitecustomize, fork, ...); package, the runtime's folder (a reader
+    knows earlylog's own frames by it); grandparent, for a supervisor behind a parent that does
+    not log; place, identity.place()'s `rank=3 ... job=4711`."""
+    return "pid %d (parent %d) %s; log %s (via %s, earlylog %s at %s, Python %s)%s%s" % (
+        pid, ppid, argv, path or "unavailable", origin, version, package, python,
+        "; grandparent %d" % grandparent if grandparent else "", "; distributed " + place if place else "")
+
+
+def parse_start(text):
+    """start_line()'s fields as a dict: ppid (int) and argv (the `argv ...` words), origin,
+    version, package, grandparent (int), place ({"rank": 3, ..., "job": "4711"}); each None (place
+    {}) where the line has no such part (an older earlylog's)."""
+    out = {}
+    m = _re("start").match(text)
+    out["ppid"], out["argv"] = (int(m.group(1)), m.group(2)) if m else (None, None)
+    for name in ("origin", "version", "package", "grandparent"):
+        m = _re(name).search(text)
+        out[name] = m.group(1) if m else None
+    out["grandparent"] = int(out["grandparent"]) if out["grandparent"] else None
+    m = _re("place").search(text)
+    out["place"] = {k: int(v) if v.isdigit() and k != "job" else v  # a job id is a name: `4711`, `4711_3`
+                    for k, _, v in (w.partition("=") for w in m.group(1).split())} if m else {}
+    return out
 
 
 def retrying(thread, count, seconds, handling):
