@@ -308,3 +308,9 @@ def test_start_lines():
     assert (plain["grandparent"], plain["place"], plain["origin"]) == (None, {}, "pth")
     old = records.parse_start("pid 5 (parent 1) argv python t.py; log /l/t.log (via pth, earlylog 0.0.9)")
     assert (old["ppid"], old["version"], old["package"]) == (1, "0.0.9", None)
+
+
+def test_watchdog_note():
+    assert records.parse_stacks_after("watchdog: %s; fatal signals ..." % records.stacks_after(2.5)) == 2.5
+    assert records.parse_stacks_after("watchdog: %s; fatal signals ..." % records.stacks_after(0)) is None
+

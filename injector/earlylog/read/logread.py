@@ -24,7 +24,6 @@ _IDENT = re.compile(r"\bident (0x[0-9a-f]+)|^(?:Current thread|Thread) (0x[0-9a-
 _REPEATED = re.compile(r"^\[Previous line repeated (\d+) more times?\]$")
 _THREAD_DIED = re.compile(r"^in thread (.+?): (\S.*)$")
 _TIMEOUT = re.compile(r"^Timeout \((\d+):(\d\d):(\d\d(?:\.\d+)?)\)!")
-_STALL_AFTER = re.compile(r"^watchdog: stacks after (\d+(?:\.\d+)?) s of silence")
 _TITLE = "process title: "
 # asyncio's own report of a task freed with an exception nobody retrieved, on stderr: this line,
 # then `future: <Task finished name='Task-2' coro=<producer() done, ...> exception=ValueError(...)>`
@@ -413,9 +412,8 @@ def _event(folder, p, kind, when, text):
             p.retrying[retry[0]] = Retry(when, *retry[1:])
     elif kind == "note" and text.startswith(_TITLE):
         p.title = text[len(_TITLE):].strip() or None
-    elif kind == "note" and text.startswith("watchdog: stacks after "):
-        m = _STALL_AFTER.match(text)
-        p.stall_after = float(m.group(1)) if m else None
+    elif kind == "note" and text.startswith("watchdog: "):  # fault.py's note at start: its EARLYLOG_STALL
+        p.stall_after = records.parse_stacks_after(text)
     elif kind == "earlylog" and text.startswith(_UNRECORDED):
         p.unrecorded = text  # `start-up failed: ...`: no exit record will come
     elif kind == "WARNING":

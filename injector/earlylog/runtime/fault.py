@@ -142,7 +142,7 @@ class Armed:
                                  "go where it sends them (usually stderr), not here", console=False)
         self.rearm_timer()  # at start, from the main thread (docs/design.md#gil-free-timer)
         stall = logger.config.stall
-        stalls = "stacks after %g s of silence" % stall if stall else "stall dumps off"
+        stalls = records.stacks_after(stall)
         if not self.threaded:
             what = "stall and on-demand dumps are off in this process: it was forked by a thread other than " \
                    "main and ends when that thread returns, which a thread of earlylog's would prevent"

@@ -22,6 +22,7 @@ _REGEXES = {
     "package": r"earlylog \d+(?:\.\d+)+ at (/.*?), Python ",
     "grandparent": r"\(via [^;]*\); grandparent (\d+)",
     "place": r"; distributed ((?:\w+=\S+ ?)+)$",
+    "stacks after": r"^watchdog: stacks after (\d+(?:\.\d+)?) s of silence",
     "retrying": r"^retrying: thread (.+?): (\d+) failures seen in the last ([\d.]+) s; handling (.+)$",
     "fork": r"^fork\(\) while (\d+) other threads? runs? \((.*?)\): ",
     "no step": r"^no training step for (\d+(?:\.\d+)?) s \(((?:steps|batches) came every ~[\d.]+ s before; "
@@ -84,6 +85,17 @@ def parse_start(text):
     out["place"] = {k: int(v) if v.isdigit() and k != "job" else v  # a job id is a name: `4711`, `4711_3`
                     for k, _, v in (w.partition("=") for w in m.group(1).split())} if m else {}
     return out
+
+
+def stacks_after(stall):
+    """The watchdog's note at start (fault.py) begins `watchdog: ` and this: its EARLYLOG_STALL."""
+    return "stacks after %g s of silence" % stall if stall else "stall dumps off"
+
+
+def parse_stacks_after(text):
+    """The stall threshold (seconds) a `watchdog:` note names, else None (stall dumps off)."""
+    m = _re("stacks after").match(text)
+    return float(m.group(1)) if m else None
 
 
 def retrying(thread, count, seconds, handling):
