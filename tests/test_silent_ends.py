@@ -25,6 +25,25 @@ def flat(text):
     return " ".join(text.split())
 
 
+def test_a_dataloader_worker_s_exit_record_names_the_program_s_line_not_earlylog_s(tmp_path, logdir):
+    """A DataLoader worker ends by os._exit(0) in multiprocessing; its record names the program's own
+    line that led there, past torch's frames and earlylog's marks wrapper around the iterator,
+    wherever earlylog is installed (this suite's editable install is not under site-packages)."""
+    pytest.importorskip("torch")
+    path = script(tmp_path, """
+        from torch.utils.data import DataLoader
+        for batch in DataLoader(list(range(8)), batch_size=4, num_workers=2):
+            pass
+    """, name="load.py")
+    run = run_both([path], logdir)
+    assert run.returncode == 0
+    exits = [line for f in log_files(logdir) if "-fork.log" in f for line in read(f).splitlines() if " exit: " in line]
+    assert len(exits) == 2, exits
+    for line in exits:
+        assert "os._exit(0) in _launch at popen_fork.py:" in line and ", from <module> at load.py:3" in line, line  # the for loop
+        assert "marks.py" not in line, line
+
+
 def test_os_exit_from_a_thread_gets_a_verdict_line_with_the_thread_and_the_main_threads_place(tmp_path, logdir):
     path = script(tmp_path, """
         import os, threading, time

@@ -252,10 +252,14 @@ def _place(function, filename, line):
 
 def outer(frame):
     """The innermost frame of the program's own code from frame outwards (not the standard
-    library's nor an installed package's), or None; read at exit or on a rare event, not at start-up."""
+    library's, an installed package's nor earlylog's: its wrappers (marks.py) sit between a library
+    and the program wherever earlylog is installed, on PYTHONPATH or editable too), or None; read at
+    exit or on a rare event, not at start-up."""
     import os
     import sys
-    libraries = tuple({os.path.dirname(os.__file__) + os.sep} | {p + os.sep for p in sys.path if p.endswith("-packages")})
+    ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the earlylog package
+    libraries = tuple({os.path.dirname(os.__file__) + os.sep, ours} |
+                      {p + os.sep for p in sys.path if p.endswith("-packages")})
     while frame is not None and frame.f_code.co_filename.startswith(libraries):
         frame = frame.f_back
     return frame
