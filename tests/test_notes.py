@@ -314,3 +314,11 @@ def test_watchdog_note():
     assert records.parse_stacks_after("watchdog: %s; fatal signals ..." % records.stacks_after(2.5)) == 2.5
     assert records.parse_stacks_after("watchdog: %s; fatal signals ..." % records.stacks_after(0)) is None
 
+
+
+def test_init_process_group_words():
+    words = records.init_words("gloo", "tcp://10.0.0.5:29500", 1, 2, "10.0.0.5:29500", "120 s")
+    assert records.parse_init("init_process_group %s (for peers)" % words) == ((1, 2), "10.0.0.5:29500")
+    assert records.parse_init("init_process_group " + records.init_words("nccl", "env://", "?", "?", "-", "default")) == (
+        None, "-")
+    assert records.parse_init("load_dataset") == (None, None) and records.parse_init(None) == (None, None)

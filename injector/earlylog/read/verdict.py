@@ -812,16 +812,9 @@ def _ranks(out, explained, stragglers):
     return ["; ".join(parts)] if parts else []
 
 
-# What init_process_group was given, as its phase says it: a process's rank and world size when its
-# environment does not (mp.spawn, a rank passed as an argument).
-_INIT_RANK = re.compile(r"\binit_process_group\b.*?\brank=(\d+) world_size=(\d+)")
-_MASTER = re.compile(r"\binit_process_group\b.*?\bmaster=(\S+)")
-
-
 def _master(d):
     """The rendezvous address its init_process_group phase names (`master=H:P`), or None."""
-    m = _MASTER.search(((d["stall"] or {}).get("main") or {}).get("phase") or "")
-    return m.group(1) if m else None
+    return records.parse_init(((d["stall"] or {}).get("main") or {}).get("phase"))[1]
 
 
 def _rank_of(d):
@@ -830,9 +823,10 @@ def _rank_of(d):
     process that only inherited RANK (a DataLoader worker, a subprocess of a rank) is none."""
     if d["tag"] and d["tag"].startswith("rank") and d["rank"] is not None:
         return d["rank"], d["world_size"]
+    # What init_process_group was given, as its phase says it: a process's rank and world size
+    # when its environment does not (mp.spawn, a rank passed as an argument).
     main = d["stall"]["main"] if d["stall"] else None
-    m = _INIT_RANK.search((main or {}).get("phase") or "")
-    return (int(m.group(1)), int(m.group(2))) if m else (None, None)
+    return records.parse_init((main or {}).get("phase"))[0] or (None, None)
 
 
 # A parent waiting for a child that has ended: what it waits for from that child never comes (a

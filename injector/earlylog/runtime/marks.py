@@ -4,7 +4,7 @@ It must never import a library the program did not, nor change what a wrapped ca
 import os
 import sys
 
-from earlylog.runtime import phases, progress, redact, state, stdio
+from earlylog.runtime import phases, progress, records, redact, state, stdio
 
 # The marks module loads after start-up (with the first third-party package), so the state's
 # `installed` flag cannot tell whether this lineage registered the fork check yet.
@@ -186,9 +186,8 @@ def _init_process_group(original, args, kwargs):
     host, port = _master(init)
     if host:
         _check_master(host, port, str(rank))
-    return "backend=%s init_method=%s rank=%s world_size=%s master=%s timeout=%s" % (
-        backend, redact.url(str(init)), rank, world, "%s:%s" % (host, port) if host else "-",
-        "%g s" % timeout.total_seconds() if timeout is not None else "default")
+    return records.init_words(backend, redact.url(str(init)), rank, world, "%s:%s" % (host, port) if host else "-",
+                              "%g s" % timeout.total_seconds() if timeout is not None else "default")
 
 
 def _master(init):

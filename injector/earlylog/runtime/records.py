@@ -23,6 +23,8 @@ _REGEXES = {
     "grandparent": r"\(via [^;]*\); grandparent (\d+)",
     "place": r"; distributed ((?:\w+=\S+ ?)+)$",
     "stacks after": r"^watchdog: stacks after (\d+(?:\.\d+)?) s of silence",
+    "init rank": r"\binit_process_group\b.*?\brank=(\d+) world_size=(\d+)",
+    "init master": r"\binit_process_group\b.*?\bmaster=(\S+)",
     "retrying": r"^retrying: thread (.+?): (\d+) failures seen in the last ([\d.]+) s; handling (.+)$",
     "fork": r"^fork\(\) while (\d+) other threads? runs? \((.*?)\): ",
     "no step": r"^no training step for (\d+(?:\.\d+)?) s \(((?:steps|batches) came every ~[\d.]+ s before; "
@@ -85,6 +87,20 @@ def parse_start(text):
     out["place"] = {k: int(v) if v.isdigit() and k != "job" else v  # a job id is a name: `4711`, `4711_3`
                     for k, _, v in (w.partition("=") for w in m.group(1).split())} if m else {}
     return out
+
+
+def init_words(backend, init, rank, world, master, timeout):
+    """The detail of the `init_process_group` phase (marks.py): what it was given; rank and world
+    size `?` where neither the call nor the environment says, master `-` where it is not known."""
+    return "backend=%s init_method=%s rank=%s world_size=%s master=%s timeout=%s" % (
+        backend, init, rank, world, master, timeout)
+
+
+def parse_init(phase):
+    """(rank, world size) or None, and the master's `HOST:PORT` (`-`) or None, from a phase's text
+    (`init_process_group backend=gloo ... rank=1 world_size=2 master=10.0.0.5:29500 ...`)."""
+    rank, master = _re("init rank").search(phase or ""), _re("init master").search(phase or "")
+    return (int(rank.group(1)), int(rank.group(2))) if rank else None, master.group(1) if master else None
 
 
 def stacks_after(stall):
