@@ -322,3 +322,12 @@ def test_init_process_group_words():
     assert records.parse_init("init_process_group " + records.init_words("nccl", "env://", "?", "?", "-", "default")) == (
         None, "-")
     assert records.parse_init("load_dataset") == (None, None) and records.parse_init(None) == (None, None)
+
+
+def test_memory_lines():
+    line = records.mem_line("812 MiB", "7.6 GiB", "8 GiB", 95, 3, 2)
+    assert line == ("rss 812 MiB; cgroup 7.6 GiB of 8 GiB (95%); oom_kill 3 (up from 2: the kernel's OOM killer "
+                    "killed a process in this cgroup)")
+    assert records.parse_mem(line) == (3, 95, True)
+    assert records.parse_mem(records.mem_line("9 MiB", "838 MiB", None, None, 0)) == (0, None, False)
+    assert records.parse_mem(records.mem_line("9 MiB")) == (None, None, False)

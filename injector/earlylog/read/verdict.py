@@ -67,11 +67,11 @@ def _memory(p):
     """What the `mem:` breadcrumbs say about an OOM kill, or None when there are none."""
     if not p.mem:
         return None
-    counts = [int(m.group(1)) for m in (re.search(r"oom_kill (\d+)", t) for t in p.mem) if m]
-    share = re.search(r"\((\d+)%\)", p.mem[-1])
+    counts = [c for c in (records.parse_mem(t)[0] for t in p.mem) if c is not None]
+    _count, share, rose = records.parse_mem(p.mem[-1])
     return {"first": p.mem[0], "last": p.mem[-1],
-            "oom_kill_rose": "up from" in p.mem[-1] or (len(counts) == 2 and counts[1] > counts[0]),
-            "near_limit": bool(share and int(share.group(1)) >= 90)}
+            "oom_kill_rose": rose or (len(counts) == 2 and counts[1] > counts[0]),
+            "near_limit": share is not None and share >= 90}
 
 
 def _process(p, now, here):

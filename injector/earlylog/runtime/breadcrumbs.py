@@ -2,7 +2,7 @@
 It must only read /proc and /sys, and offer a line only when something moved (an idle log stays short)."""
 import os
 
-from earlylog.runtime import fds
+from earlylog.runtime import fds, records
 
 MOVED = 0.10       # a change of this share (or of STEP bytes) is worth a new line
 STEP = 256 << 20
@@ -77,15 +77,10 @@ class Sampler:
             self.last = last  # compare against the last written line, so slow growth still shows
             return None
         rss, used, limit, oom = now
-        text = "rss %s" % _mib(rss)
-        if used is not None:
-            text += "; cgroup %s" % _mib(used)
-            text += " of %s (%d%%)" % (_mib(limit), 100 * used // limit) if limit else " (no limit)"
-        if oom is not None:
-            text += "; oom_kill %d" % oom
-            if last is not None and last[3] is not None and oom > last[3]:
-                text += " (up from %d: the kernel's OOM killer killed a process in this cgroup)" % last[3]
-        return text
+        rose = oom is not None and last is not None and last[3] is not None and oom > last[3]
+        return records.mem_line(_mib(rss), _mib(used) if used is not None else None, _mib(limit) if limit else None,
+                                100 * used // limit if used is not None and limit else None, oom,
+                                last[3] if rose else None)
 
 
 def _number(words, scale):

@@ -23,6 +23,8 @@ _REGEXES = {
     "grandparent": r"\(via [^;]*\); grandparent (\d+)",
     "place": r"; distributed ((?:\w+=\S+ ?)+)$",
     "stacks after": r"^watchdog: stacks after (\d+(?:\.\d+)?) s of silence",
+    "oom": r"; oom_kill (\d+)",
+    "share": r" \((\d+)%\)",
     "init rank": r"\binit_process_group\b.*?\brank=(\d+) world_size=(\d+)",
     "init master": r"\binit_process_group\b.*?\bmaster=(\S+)",
     "retrying": r"^retrying: thread (.+?): (\d+) failures seen in the last ([\d.]+) s; handling (.+)$",
@@ -101,6 +103,28 @@ def parse_init(phase):
     (`init_process_group backend=gloo ... rank=1 world_size=2 master=10.0.0.5:29500 ...`)."""
     rank, master = _re("init rank").search(phase or ""), _re("init master").search(phase or "")
     return (int(rank.group(1)), int(rank.group(2))) if rank else None, master.group(1) if master else None
+
+
+def mem_line(rss, used=None, limit=None, share=None, oom=None, was=None):
+    """The `mem:` line (breadcrumbs.py): rss, and the cgroup's use and limit, as text (`812 MiB`);
+    share, the use in % of the limit; oom, the cgroup's oom_kill count; was, the count on the line
+    before when it rose since."""
+    text = "rss %s" % rss
+    if used is not None:
+        text += "; cgroup %s" % used
+        text += " of %s (%d%%)" % (limit, share) if limit else " (no limit)"
+    if oom is not None:
+        text += "; oom_kill %d" % oom
+        if was is not None:
+            text += " (up from %d: the kernel's OOM killer killed a process in this cgroup)" % was
+    return text
+
+
+def parse_mem(text):
+    """(the oom_kill count or None, the cgroup's use in % of its limit or None, whether the count
+    rose since the line before) from mem_line()'s text."""
+    oom, share = _re("oom").search(text), _re("share").search(text)
+    return int(oom.group(1)) if oom else None, int(share.group(1)) if share else None, " (up from " in text
 
 
 def stacks_after(stall):
