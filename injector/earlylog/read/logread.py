@@ -647,7 +647,7 @@ def _exit(e, when, record):
     who made it, and replaces the status and time."""
     e.status, e.time, e.flush = record["status"], when, record["flush"]
     if record["call"] is not None:
-        e.call, e.ended = record["call"], record["ended"]
+        e.call = record["call"]
         e.at, e.outer = _frame(record["at"]), _frame(record["outer"])
     if record["by"] is not None:
         e.by, e.main_at = record["by"], _frame(record["main_at"])

@@ -49,7 +49,7 @@ class Exit:
     """How a process ended, from its `exit` record(s); every field is None until one is read (a
     process still running, or one killed without a record). A later record (the last flush's
     status 120) overrides the status and keeps the call."""
-    __slots__ = ("status", "time", "call", "at", "outer", "ended", "by", "main_at", "flush", "before")
+    __slots__ = ("status", "time", "call", "at", "outer", "by", "main_at", "flush", "before")
 
     def __init__(self):
         self.status = None        # its exit status (int), or None when the record names none
@@ -58,7 +58,6 @@ class Exit:
         #                           `ended by earlylog: ...` (EARLYLOG_STALL_EXIT), or None
         self.at = None            # the Frame of that call (a file's base name), or None
         self.outer = None         # for a call in a library: the program's own Frame that led there
-        self.ended = None         # EARLYLOG_STALL_EXIT ended it: (`6 s`, where it was stuck, the knob's value)
         self.by = None            # who called os._exit: `thread loader` or `the main thread`
         self.main_at = None       # the main thread's Frame then, when another thread called it
         self.flush = None         # (stream, error, whether its reader went away): the last flush failed (120)

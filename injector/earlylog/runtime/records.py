@@ -12,7 +12,7 @@ KINDS = ("start", "exit", "exception", "signal", "fatal", "stall", "dump", "phas
 # What the reader parses, each beside its writer below; compiled on first use (_re): the runtime
 # only formats, and must not pay for `re` at start-up.
 ENDED_BY_US = "ended by earlylog: "  # an exit record's words for a process EARLYLOG_STALL_EXIT ended (act.py)
-_AT = r" in (\S+) at ([^:;]+):(\d+)"  # place()'s words after an exit call: function, file, line
+_PLACE = r"(\S+) at ([^:;]+):(\d+)"  # place()'s words: function, file, line
 _REGEXES = {
     "line": r"^\[earlylog\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) (\d+) (\S+) (.*)$",
     "kind": r"^([A-Za-z]+): ?",
@@ -34,11 +34,11 @@ _REGEXES = {
     "no progress": r"(?:^|; )thread (.+?) made no progress for (\d+(?:\.\d+)?) s while other threads kept printing",
     "status": r"status (-?\d+)",
     # An argument is a repr, which may hold "; ": the call ends where what may follow it begins.
-    "call": r"; ((?:sys\.exit|exit|os\._exit|raise SystemExit)\(.*?\)(?:%s(?:, from (\S+) at ([^:;]+):(\d+))?)?"
+    "call": r"; ((?:sys\.exit|exit|os\._exit|raise SystemExit)\(.*?\)(?: in %s(?:, from %s)?)?"
             r"|python could not open the script .*?)(?=; from (?:thread |the main thread)"
-            r"|; \d+ console lines? dropped|$)" % _AT,
+            r"|; \d+ console lines? dropped|$)" % (_PLACE, _PLACE),
     "ended": ENDED_BY_US + r"stuck for (\d+ s) in (.*) \(EARLYLOG_STALL_EXIT=([^)]*)\)",
-    "by": r"; from (thread .+?|the main thread)(?: while the main thread was in (\S+) at ([^:;]+):(\d+))?(?:; |$)",
+    "by": r"; from (thread .+?|the main thread)(?: while the main thread was in %s)?(?:; |$)" % _PLACE,
     "flush": r"; flushing (stdout|stderr) at exit failed \((\w+)\)(; the reader of its \w+ went away)?",
 }
 _COMPILED = {}
@@ -148,7 +148,6 @@ def parse_retrying(text):
     """(thread, count, seconds, handling) from retrying()'s line, else None."""
     m = _re("retrying").match(text)
     return (m.group(1), int(m.group(2)), float(m.group(3)), m.group(4)) if m else None
-
 
 
 def no_step(seconds, unit, every, last):

@@ -111,7 +111,7 @@ class Pack:
         if data[:_HASHED - 8] != _external.MAGIC_NUMBER + FORMAT:
             raise ValueError("another interpreter's pack, or not a pack")
         body = memoryview(data)[_HASHED:]
-        if data[_HASHED - 8:_HASHED] != _imp.source_hash(key(), body):
+        if data[:_HASHED] != header(body):
             raise ValueError("damaged")
         tag, optimize, sources, codes = marshal.loads(body)
         if tag != sys.implementation.cache_tag or optimize != sys.flags.optimize:
