@@ -104,6 +104,32 @@ def test_asyncio_and_task_chains():
     assert notes.parse("task Task-3: /app/q.py:11 in consumer").awaiting is None
 
 
+def test_a_dumps_thread_heads_and_frames():
+    """The structure of a dump (stacks.py): each thread's head line, then its frames; notes and
+    task lines under it are never read as frames, whatever their words hold."""
+    line = notes.thread_head("data loader (1)", 4711, 0x7F00AB, False, True)
+    assert line == "thread data loader (1) (tid 4711, ident 0x7f00ab, not daemon, main)"
+    assert notes.head(line) == notes.Head("data loader (1)", 4711, "0x7f00ab", False, True)
+    assert notes.head(notes.thread_head("earlylog-watchdog", None, 0x1, True, False)) == notes.Head(
+        "earlylog-watchdog", None, "0x1", True, False)
+    assert notes.head("Current thread 0x00007f00ab (most recent call first):") is None  # faulthandler's
+    line = notes.frame_line("/app/train.py", 12, "main", "loader.join()")
+    assert line == "  /app/train.py:12 in main: loader.join()"
+    assert notes.parse_frame_line(line) == ("/app/train.py", 12, "main", "loader.join()")
+    assert notes.parse_frame_line(notes.frame_line("/app/a b.py", 3, "<module>")) == ("/app/a b.py", 3, "<module>", None)
+    held = notes.held_by(notes.thread("w", 0x1), notes.held_where("with", "/app/a.py", 3, "f"))
+    assert notes.parse_frame_line(held) is None
+    assert notes.parse_frame_line(notes.task("Task-1", ["/app/m.py:3 in main", "awaiting x"])) is None
+
+
+def test_exception_words():
+    """The first words of an `exception:` event (hooks.py) for a thread that died of it."""
+    text = records.in_thread("loader (1)") + "ValueError: bad row: 3"
+    assert records.parse_in_thread(text) == ("loader (1)", "ValueError: bad row: 3")
+    assert records.parse_in_thread(records.in_thread("worker-1") + "SystemExit: 3") == ("worker-1", "SystemExit: 3")
+    assert records.parse_in_thread("ValueError: x") is None
+
+
 def test_child():
     rest = notes.child_fd("write", 1, "pipe:[5]", (65536, 65536), True)
     line = notes.child_line(notes.child(12, "python worker.py", "S", "sleeping", rest))
@@ -246,7 +272,7 @@ def test_greenlets():
 def test_exit_records():
     """The exit record's words (runtime/records.py): what hooks.py and act.py write, parse_exit reads back."""
     def read(how, status=0, more=""):
-        return records.parse_exit("status %d after 0.513 s; %s%s" % (status, how, more))
+        return records.parse_exit(records.exit_line(status, 0.513, how + more))
 
     call = records.exit_call("sys.exit", "'no GPU'", ("main", "/app/train.py", 12))
     value = read(call, 1)

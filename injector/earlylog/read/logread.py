@@ -9,20 +9,17 @@ from earlylog import __version__
 from earlylog.read import files as folder_files
 from earlylog.read.frames import cells
 from earlylog.read.model import Crash, Exit, Frame, GilHeld, Retry, Stall
-from earlylog.runtime import records
+from earlylog.runtime import notes, records
 
-# `path:line in function: source` (earlylog's dumps) or `File "path", line N[,] in function`
-# (faulthandler's raw crash output and Python tracebacks).
-# A SyntaxError's place is a frame with no function (`File "x.py", line 2`): shown as <source>.
-_FRAME = re.compile(r'^\s*(?:File "(.+)", line (\d+)(?:,? in (\S+))?|(\S.*?):(\d+) in (\S+?)(?:: (.*))?)\s*$')
+# `File "path", line N[,] in function`: faulthandler's raw crash output and Python tracebacks (a
+# dump's frames are notes.frame_line()'s). A SyntaxError's place is a frame with no function
+# (`File "x.py", line 2`): shown as <source>.
+_FRAME = re.compile(r'^\s*File "(.+)", line (\d+)(?:,? in (\S+))?\s*$')
 _UNRECORDED = ("start-up failed", "hooks failed")  # earlylog's own failures that lose the exit record
 # This reader's own package folder; each log's start line names the folder of the copy that wrote it.
 OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# A plain-words line the runtime writes under a thread (`  blocked: ...`, `  held by: ...`): never a frame.
-_NOTE = re.compile(r"^  [a-z][a-z ]*: ")
-_IDENT = re.compile(r"\bident (0x[0-9a-f]+)|^(?:Current thread|Thread) (0x[0-9a-f]+)")
+_FAULT_IDENT = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-f]+)")  # faulthandler's thread heads
 _REPEATED = re.compile(r"^\[Previous line repeated (\d+) more times?\]$")
-_THREAD_DIED = re.compile(r"^in thread (.+?): (\S.*)$")
 _TIMEOUT = re.compile(r"^Timeout \((\d+):(\d\d):(\d\d(?:\.\d+)?)\)!")
 _TITLE = "process title: "
 # asyncio's own report of a task freed with an exception nobody retrieved, on stderr: this line,
@@ -30,7 +27,6 @@ _TITLE = "process title: "
 # and the task's traceback (a task the program kept no reference to is freed as it fails).
 _UNRETRIEVED = "Task exception was never retrieved"
 _FUTURE = re.compile(r"^future: <Task finished name='(.*?)' coro=<(\S+?)\(\) done\b.*? exception=(.*)>$")
-_TASK = re.compile(r"^    task \S+: ")  # a pending asyncio task's await chain, under its thread
 # A supervisor's own words, in a process's output, that it killed another process by pid: who killed,
 # and the pattern (one group: the pid). Ray's memory monitor names the worker it killed in the
 # OutOfMemoryError its driver gets ("Selected to kill: (Task: ..., pid=N, ...)" in Ray 2.60; older
@@ -155,9 +151,15 @@ class Thread:
         self.code = {}  # frame index -> its source line, where the dump wrote it (faulthandler does not)
 
     @property
+    def head(self):
+        """The dump's head line as a notes.Head, or None for faulthandler's and a traceback's."""
+        return notes.head(self.header)
+
+    @property
     def name(self):
-        if self.header.startswith("thread "):  # `thread NAME (tid ...)`: a name may hold spaces and brackets
-            return self.header[len("thread "):].rpartition(" (tid ")[0] or self.header.split()[-1]
+        head = self.head
+        if head is not None:
+            return head.name
         if self.header.startswith(("Current thread 0x", "Thread 0x")):  # faulthandler writes no names
             return "MainThread" if self._module_code() else self.ident
         return self.header
@@ -165,19 +167,24 @@ class Thread:
     @property
     def main(self):
         # faulthandler names no thread: the one whose outermost frame is module code is the main one
-        return "main)" in self.header or self.header.startswith("Current thread") or (
+        head = self.head
+        return head.main if head is not None else self.header.startswith("Current thread") or (
             self.header.startswith("Thread 0x") and self._module_code())
 
     @property
     def ident(self):
         """The thread's ident as written (`0x7f...`), from a dump's or faulthandler's header, or None."""
-        m = _IDENT.search(self.header)
-        return "0x%x" % int(m.group(1) or m.group(2), 16) if m else None
+        head = self.head
+        if head is not None:
+            return head.ident
+        m = _FAULT_IDENT.match(self.header)
+        return "0x%x" % int(m.group(1), 16) if m else None
 
     @property
     def daemon(self):
         """True or False from a dump's header; None where it is not written (faulthandler)."""
-        return None if "daemon" not in self.header else "not daemon" not in self.header
+        head = self.head
+        return head.daemon if head is not None else None
 
     def _module_code(self):
         return bool(self.frames) and self.frames[-1].function == "<module>"
@@ -524,9 +531,9 @@ def _close_block(p):
         p.exception = _raised(text, threads, block.cut)
         frames = p.exception.frames
         p.repeated = sum(int(m.group(1)) for m in map(_REPEATED.match, threads[-1].notes if threads else []) if m)
-        died = _THREAD_DIED.match(text)
+        died = records.parse_in_thread(text)
         if died:
-            p.deaths = (p.deaths + [Died(died.group(1), died.group(2), frames, when)])[-MAX_KEPT:]
+            p.deaths = (p.deaths + [Died(died[0], died[1], frames, when)])[-MAX_KEPT:]
     elif kind == "stall":
         _stall(p, when, text)
     elif kind == "gil":
@@ -601,16 +608,17 @@ def parse_threads(lines):
     threads, cur, last_first = [], None, {}
     for line in lines:
         m = _FRAME.match(line)
-        if m and not line.startswith("thread ") and not _NOTE.match(line) and not _TASK.match(line):
+        ours = None if m or line.startswith("thread ") else notes.parse_frame_line(line)
+        if m or ours:
             if cur is None:
                 cur = Thread("thread")
                 threads.append(cur)
-            if m.group(1) is not None:
+            if m:
                 cur.frames.append(Frame(m.group(1), int(m.group(2)), m.group(3) or "<source>"))
             else:
-                if m.group(7):
-                    cur.code[len(cur.frames)] = m.group(7)
-                cur.frames.append(Frame(m.group(4), int(m.group(5)), m.group(6)))
+                if ours[3]:
+                    cur.code[len(cur.frames)] = ours[3]
+                cur.frames.append(Frame(*ours[:3]))
             continue
         text = line.strip()
         if not text:
@@ -620,8 +628,8 @@ def parse_threads(lines):
             cur = Thread(text.rstrip(":"))
             threads.append(cur)
             last_first[id(cur)] = "most recent call last" in text
-        elif cur is not None and line.startswith("  ") and (_TASK.match(line) or
-                                                            not (cur.frames and line.startswith("    "))):
+        elif cur is not None and line.startswith(notes.INDENT) and (line.startswith(notes.TASK) or
+                                                                    not (cur.frames and line.startswith("    "))):
             cur.notes.append(text)  # kernel state, phase, asyncio's pending tasks and their await chains
     for t in threads:
         if last_first.get(id(t)):

@@ -275,11 +275,15 @@ def _flush_failed(d, p):
 # An error that ended a part of a process that exits 0 all the same: the work of a thread that
 # died, or what an atexit callback was to save, is lost without a word in the exit status.
 # sys.exit() in a thread ends that thread alone, on purpose as a rule: only a wait for its work says otherwise.
-_LOST_WORK = re.compile(r"in thread .*?: (?!SystemExit\b)|unraisable: Exception ignored in atexit callback")
+_ATEXIT_FAILED = records.UNRAISABLE + "Exception ignored in atexit callback"  # Python's words after ours
 
 
 def _lost_work(d):
-    return d["exception"] is not None and _LOST_WORK.match(d["exception"]["text"]) is not None
+    if d["exception"] is None:
+        return False
+    text = d["exception"]["text"]
+    died = records.parse_in_thread(text)
+    return died[1].partition(":")[0] != "SystemExit" if died else text.startswith(_ATEXIT_FAILED)
 
 
 def _raised(p):

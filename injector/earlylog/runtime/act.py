@@ -259,9 +259,9 @@ class Act:
                                       "exit status %d, so its launcher sees a failed worker" % (
                                           self.exit_after, stuck_for, where, "; " + cause if cause else "",
                                           EXIT_STATUS))
-        self.logger.event("exit", "status %d after %.3f s; %s" % (
-            EXIT_STATUS, time.time() - self.logger.started, records.ended_by_us(stuck_for, where, self.exit_after)),
-            console=False)
+        self.logger.event("exit", records.exit_line(EXIT_STATUS, time.time() - self.logger.started,
+                                                    records.ended_by_us(stuck_for, where, self.exit_after)),
+                          console=False)
         hooks._status = "written"  # no second exit record from the os._exit wrapper
         # The program's stdio buffers are not flushed: a stuck thread may hold their locks.
         hooks._original.get("os._exit", os._exit)(EXIT_STATUS)

@@ -165,7 +165,7 @@ def _record():
         # A process that fails before its probes ran gets them now: what it ran on may be why.
         from earlylog.runtime import probes
         probes.run_now(logger)
-    text = "status %d after %.3f s; %s" % (code, time.time() - logger.started, how)
+    text = records.exit_line(code, time.time() - logger.started, how)
     dropped = logger.console.dropped
     if dropped:
         text += records.exit_dropped(dropped)
@@ -366,9 +366,8 @@ def _flush_failed(unraisable):
     else:
         return
     error = getattr(unraisable.exc_type, "__name__", "an error")
-    state.logger.event("exit", "status 120 after %.3f s; %s" % (
-        time.time() - state.logger.started,
-        records.exit_flush(stream, error, issubclass(unraisable.exc_type, BrokenPipeError))))
+    state.logger.event("exit", records.exit_line(120, time.time() - state.logger.started, records.exit_flush(
+        stream, error, issubclass(unraisable.exc_type, BrokenPipeError))))
 
 
 def _hook_threads():
@@ -384,7 +383,7 @@ def _thread_excepthook(args):
             # sys.exit() in a thread ends only that thread, without a word: recorded too, since the
             # main thread may wait for that thread's work (the report says so only then).
             name = getattr(args.thread, "name", None) or "?"
-            _log_exception("in thread %s: " % name, args.exc_type, args.exc_value, args.exc_traceback,
+            _log_exception(records.in_thread(name), args.exc_type, args.exc_value, args.exc_traceback,
                            console=args.exc_type is not SystemExit)  # threading prints nothing for it either
     except Exception:
         pass
@@ -400,7 +399,7 @@ def _unraisablehook(unraisable):
                 where += " %r" % (unraisable.object,) if unraisable.object is not None else ""
             except Exception:
                 pass
-            _log_exception("unraisable: %s: " % where, unraisable.exc_type, unraisable.exc_value,
+            _log_exception("%s%s: " % (records.UNRAISABLE, where), unraisable.exc_type, unraisable.exc_value,
                            unraisable.exc_traceback)
             _flush_failed(unraisable)
     except Exception:

@@ -312,14 +312,56 @@ class Task(Note):
     __slots__ = ("name", "frames", "awaiting")
 
 
+TASK = INDENT + "  task "  # how a task's line starts: under the asyncio note, four spaces in
+
+
 def task(name, chain):
     """chain: `FILE:LINE in CORO` texts outermost first, then `awaiting WHAT`."""
-    return "%s  task %s: %s" % (INDENT, name, " > ".join(chain))
+    return "%s%s: %s" % (TASK, name, " > ".join(chain))
 
 
 def frame(filename, line, function):
     """`FILE:LINE in FUNC`: one frame of an await chain, a greenlet's chain, a running task's place."""
     return "%s:%d in %s" % (filename, line, function)
+
+
+# --- a dump's frame of structure (stacks.py): each thread's head line, then its notes and frames ---
+
+class Head(Note):
+    """A dump's thread head: name, tid (int, or None where it was not known), ident (`0x7f..`),
+    daemon (True or False) and main (True for the main thread)."""
+    __slots__ = ("name", "tid", "ident", "daemon", "main")
+
+
+def thread_head(name, tid, ident, daemon, main):
+    """`thread NAME (tid N, ident 0xID, daemon|not daemon[, main])`: the first line of a thread's
+    part of a dump (a name may hold spaces and brackets; tid `?` where it is not known)."""
+    return "thread %s (tid %s, ident 0x%x, %s%s)" % (name, tid or "?", ident, "daemon" if daemon else "not daemon",
+                                                      ", main" if main else "")
+
+
+def head(text):
+    """thread_head()'s line as a Head, else None (faulthandler's heads and tracebacks are not ours)."""
+    m = _re("head").match(text)
+    if m is None:
+        return None
+    tid = m.group("tid")
+    return Head(m.group("name"), int(tid) if tid != "?" else None, m.group("ident"), m.group("daemon") == "daemon",
+                m.group("main") is not None)
+
+
+def frame_line(filename, line, function, source=""):
+    """One frame under a thread's head, innermost first: `  FILE:LINE in FUNC[: SOURCE]`."""
+    return "%s%s%s" % (INDENT, frame(filename, line, function), ": " + source if source else "")
+
+
+def parse_frame_line(line):
+    """(file, line, function, source or None) of frame_line()'s line, else None. A note's line
+    (`  held by: ... at a.py:3 in f`) and a task's are not frames, whatever their words hold."""
+    if _re("note line").match(line) or line.startswith(TASK):
+        return None
+    m = _re("frame line").match(line)
+    return (m.group(1), int(m.group(2)), m.group(3), m.group(4)) if m else None
 
 
 # --- aio.py: what an event loop's thread runs, and its tasks that died unheard ---------------------
@@ -545,6 +587,11 @@ _PATTERNS = {
                 r"(?:, connecting to (?P<target>\S+))?$",
     "retries": r"^(\d+) failures seen in the last ([\d.]+) s$",
     "asyncio": r"^(\d+) pending task.*?(?:; it serves (.+))?$",
+    "head": r"^thread (?P<name>.*) \(tid (?P<tid>\d+|\?), ident (?P<ident>0x[0-9a-f]+), "
+            r"(?P<daemon>daemon|not daemon)(?P<main>, main)?\)$",
+    # INDENT, then a kind's words and `: `: a note, never a frame (stripped, as parse() reads it)
+    "note line": r"^  [a-z][a-z ]*: ",
+    "frame line": r"^\s*(\S.*?):(\d+) in (\S+?)(?:: (.*))?\s*$",
     "task": r"^task (\S+): (.*)$",
     "frame": r"^(.*):(\d+) in (\S+)$",
     "running": r"^(?P<task>\S+) \((?P<coro>[^)]*)\): (?P<file>.+):(?P<line>\d+) in (?P<func>\S+?)(?:; calls (?P<call>.+))?$",

@@ -11,6 +11,7 @@ KINDS = ("start", "exit", "exception", "signal", "fatal", "stall", "dump", "phas
 
 # What the reader parses, each beside its writer below; compiled on first use (_re): the runtime
 # only formats, and must not pay for `re` at start-up.
+UNRAISABLE = "unraisable: "  # an `exception:` event's first words for an error Python could not raise (hooks.py)
 ENDED_BY_US = "ended by earlylog: "  # an exit record's words for a process EARLYLOG_STALL_EXIT ended (act.py)
 _PLACE = r"(\S+) at ([^:;]+):(\d+)"  # place()'s words: function, file, line
 _REGEXES = {
@@ -32,6 +33,7 @@ _REGEXES = {
     "no step": r"^no training step for (\d+(?:\.\d+)?) s \(((?:steps|batches) came every ~[\d.]+ s before; "
                r"last (?:step|batch) \d+)\)",
     "no progress": r"(?:^|; )thread (.+?) made no progress for (\d+(?:\.\d+)?) s while other threads kept printing",
+    "in thread": r"^in thread (.+?): (\S.*)$",
     "status": r"status (-?\d+)",
     # An argument is a repr, which may hold "; ": the call ends where what may follow it begins.
     "call": r"; ((?:sys\.exit|exit|os\._exit|raise SystemExit)\(.*?\)(?: in %s(?:, from %s)?)?"
@@ -89,6 +91,17 @@ def parse_start(text):
     out["place"] = {k: int(v) if v.isdigit() and k != "job" else v  # a job id is a name: `4711`, `4711_3`
                     for k, _, v in (w.partition("=") for w in m.group(1).split())} if m else {}
     return out
+
+
+def in_thread(name):
+    """The first words of the `exception:` event of a thread that died of it (hooks.py)."""
+    return "in thread %s: " % name
+
+
+def parse_in_thread(text):
+    """(the thread's name, the exception's words) of an `exception:` event in_thread() began, else None."""
+    m = _re("in thread").match(text)
+    return m.groups() if m else None
 
 
 def init_words(backend, init, rank, world, master, timeout):
@@ -213,6 +226,11 @@ def place(function, filename, line):
 # --- The exit record: `exit: status N after S s; HOW[; FROM][; DROPPED]`, or a
 # second one, `exit: status 120 after S s; FLUSH`. Its words are written (hooks.py, act.py) and read
 # (parse_exit, for logread) here only. A place below is (function, filename, line).
+
+
+def exit_line(status, seconds, how):
+    """The exit record's words: `status N after S s; HOW`, HOW and what follows it below."""
+    return "status %d after %.3f s; %s" % (status, seconds, how)
 
 
 def exit_call(how, arg, at=None, outer=None):

@@ -49,10 +49,7 @@ def lines(shares=None, skip_ident=None):
         name = thread.name if thread is not None else ours or (
             "MainThread" if ident == main else "(no threading.Thread)")
         daemon = ours is not None or (thread is not None and thread.daemon)
-        flags = ["daemon" if daemon else "not daemon"]
-        if ident == main:
-            flags.append("main")
-        out.append("thread %s (tid %s, ident 0x%x, %s)" % (name, tid or "?", ident, ", ".join(flags)))
+        out.append(notes.thread_head(name, tid, ident, daemon, ident == main))
         state = _state(kstate, tid, shares)
         for part in (lambda: [notes.INDENT + state] if state else [],
                      lambda: _handles(state) if ident == main else [],
@@ -62,7 +59,7 @@ def lines(shares=None, skip_ident=None):
                      lambda: peers.lines(tid, ident, frame) if tid else [],
                      lambda: retries.lines(ident, frame),
                      lambda: cells.notes(frame),
-                     lambda: ["  " + f for f in frame_lines(frame)],
+                     lambda: frame_lines(frame),
                      lambda: _asyncio_lines(frame),
                      lambda: greenlets.lines(frame, state)):
             try:
@@ -101,18 +98,17 @@ def _handles(state):
 
 
 def frame_lines(frame):
-    """`file:line in function: source`, most recent call first, at most MAX_FRAMES."""
+    """notes.frame_line()'s lines, most recent call first, at most MAX_FRAMES."""
     from earlylog.runtime import fds
     out = []
     while frame is not None and len(out) < MAX_FRAMES:
         code = frame.f_code
         lines = fds.getlines(code.co_filename)  # linecache's, read through a high descriptor
         source = lines[frame.f_lineno - 1].strip() if 0 < frame.f_lineno <= len(lines) else ""
-        out.append("%s:%d in %s%s" % (code.co_filename, frame.f_lineno, code.co_name,
-                                      ": " + source if source else ""))
+        out.append(notes.frame_line(code.co_filename, frame.f_lineno, code.co_name, source))
         frame = frame.f_back
     if frame is not None:
-        out.append("... (older frames cut)")
+        out.append(notes.INDENT + "... (older frames cut)")
     return out
 
 
