@@ -201,29 +201,35 @@ FINDERS = (
         "locks: kill them; stop a launcher with Ctrl-C or SIGTERM.")),
 )
 
-# Stories the verdict tells as lines of their own, not in "causes" (so --json keeps its shape):
-# declared here for their docs (docs/causes.md marks them "verdict line") and for what supersedes
-# them; verdict.py finds them, in the function each names, as it writes the verdict.
+# Stories the verdict tells as lines of their own, not in "causes" (so --json keeps its shape), in
+# the order it tells them, after the causes: declared here for their docs (docs/causes.md marks them
+# "verdict line") and for what supersedes them; verdict.STORIES names who tells each.
 LINES = (
-    (Kind("trouble", PROCESS, "process in trouble",
-          "A process in trouble that no cause or other line explains gets a line of its own: its state, where it "
-          "was, and the next step its error is known to need."), "_verdict"),
-    (Kind("straggler", RUN, "straggler rank",
-          "The rank elsewhere while the other ranks wait for it in a collective: look at that rank; the others only "
-          "wait for it.", supersedes=["trouble"]), "_ranks"),
-    (Kind("child-ended", PROCESS, "child ended",
-          "A parent waits for a child that crashed, failed or stalled, with no cause more precise: fix what ended "
-          "the child; wait with a timeout and check its exit status.", supersedes=["trouble"]), "_parents"),
-    (Kind("vanished", PROCESS, "likely SIGKILL",
-          "A process vanished with no exit record: the kernel's OOM killer when its memory lines show pressure, "
-          "else SIGKILL from a person or a scheduler."), "_vanished_cause"),
-    (Kind("killed", PROCESS, "killed, as another process says",
-          "Another process's output says it killed this one (Ray's memory monitor): killed, by whom, and the next "
-          "step, whatever its own log shows.", supersedes=["child-killed"]), "_killed_by_notice"),
+    Kind("straggler", RUN, "straggler rank",
+         "The rank elsewhere while the other ranks wait for it in a collective: look at that rank; the others only "
+         "wait for it.", supersedes=["trouble"]),
+    Kind("child-ended", PROCESS, "child ended",
+         "A parent waits for a child that crashed, failed or stalled, with no cause more precise: fix what ended "
+         "the child; wait with a timeout and check its exit status.", supersedes=["trouble"]),
+    Kind("trouble", PROCESS, "process in trouble",
+         "A process in trouble that no cause or other line explains gets a line of its own: its state, where it "
+         "was, and the next step its error is known to need."),
+    Kind("vanished", PROCESS, "likely SIGKILL",
+         "A process vanished with no exit record: the kernel's OOM killer when its memory lines show pressure, "
+         "else SIGKILL from a person or a scheduler."),
+    Kind("killed", PROCESS, "killed, as another process says",
+         "Another process's output says it killed this one (Ray's memory monitor): killed, by whom, and the next "
+         "step, whatever its own log shows.", supersedes=["child-killed"]),
+    Kind("lost-work", PROCESS, "work lost in a clean exit",
+         "A process exited with status 0 after a thread of it died of an error, or an atexit callback failed: the "
+         "status hides the lost work."),
+    Kind("quiet-end", PROCESS, "ended without a word",
+         "os._exit() ended a process from a thread or from the program's own code, skipping finally blocks, atexit "
+         "and the last flush; or that last flush failed as its reader went away (status 120)."),
 )
 
 KINDS = {k.kind: k for f in FINDERS for k in f.causes if isinstance(k, Kind)}
-LINE_KINDS = {k.kind: k for k, _ in LINES}
+LINE_KINDS = {k.kind: k for k in LINES}
 RUN_KINDS = frozenset(k for k, v in KINDS.items() if v.level == RUN)
 
 

@@ -678,25 +678,48 @@ def _in_collective(d):
 
 def _verdict(out, by_key, causes):
     """The short story, most important first: a headline, the causes with their next steps, then
-    one line per process in trouble that no cause explains."""
+    the lines of registry.LINES (STORIES tells them, in their order), then warnings and the hosts
+    judged by their logs alone."""
     if not out:
         return ["no earlylog process logs here"]
-    troubled = [d for d in out if d["state"] in TROUBLE]
-    lines = [_headline(out, troubled)]
+    story = _Story(out, by_key, causes)
+    lines = [_headline(out, story.troubled)]
     lines += ["%s; next: %s" % (c["text"], c["next"]) if c["next"] else c["text"] for c in causes]
-    explained, stragglers = set(), set()
-    # A run stopped as a whole is one cause, not one "likely SIGKILL" guess per process.
-    stopped = {pid for c in registry.superseding(causes, "vanished") for pid in c["pids"]}
-    # A cause that tells a process whole (a child killed while its parent waited, a process
-    # EARLYLOG_STALL_EXIT ended) names it first: no line of its own.
-    told_whole = {c["pids"][0] for c in registry.superseding(causes, "trouble")}
-    explained.update(id(d) for d in out if d["pid"] in told_whole)
-    lines += _ranks(out, explained, stragglers)
-    # A waiting process and what it waits for, already told (a run-level cause lists pids, not a pair).
-    told = {frozenset(c["pids"][:2]) for c in causes if len(c["pids"]) > 1 and c["kind"] not in registry.RUN_KINDS}
-    lines += _parents(out, by_key, explained, stragglers, told)
-    alike = _alike(troubled)
-    for d in troubled:
+    for _kinds, tell in STORIES:
+        lines += tell(story)
+    lines += ["warning in %s: %s" % (label(d), w) for d in story.troubled for w in d["warnings"][:2]][:3]
+    lines += _other_hosts(out)
+    return lines
+
+
+class _Story:
+    """What the verdict's lines read and share: the records, by (host, pid), and the causes (as
+    --json has them); the processes in trouble; those a line or cause told already (explained, by
+    id); the straggler ranks (by id); the (waiter, waited) pairs a cause told; and the pids of a run
+    a cause told stopped as a whole."""
+
+    def __init__(self, out, by_key, causes):
+        self.out, self.by_key, self.causes = out, by_key, causes
+        self.troubled = [d for d in out if d["state"] in TROUBLE]
+        self.stragglers = set()
+        # A cause that tells a process whole (a child killed while its parent waited, a process
+        # EARLYLOG_STALL_EXIT ended) names it first: no line of its own.
+        whole = {c["pids"][0] for c in registry.superseding(causes, "trouble")}
+        self.explained = {id(d) for d in out if d["pid"] in whole}
+        # A waiting process and what it waits for, already told (a run-level cause lists pids, not a pair).
+        self.told = {frozenset(c["pids"][:2]) for c in causes
+                     if len(c["pids"]) > 1 and c["kind"] not in registry.RUN_KINDS}
+        # A run stopped as a whole is one cause, not one "likely SIGKILL" guess per process.
+        self.stopped = {pid for c in registry.superseding(causes, "vanished") for pid in c["pids"]}
+
+
+def _troubled(story):
+    """A line per process in trouble that nothing above told (several children of one parent that
+    ended the same way share one); after a vanished one's, its likely cause. A process the "killed by
+    notice" pass judged is told here too, in the words that pass gave it."""
+    lines, explained = [], story.explained
+    alike = _alike(story.troubled)
+    for d in story.troubled:
         same = alike.get(id(d))
         if id(d) not in explained and same:
             lines.append("%s and %d more children of pid %s (%s) ended the same way: %s%s" % (
@@ -705,16 +728,21 @@ def _verdict(out, by_key, causes):
         elif id(d) not in explained:
             lines.append("%s %s%s" % (label(d), d["summary"], _known(d)))
             explained.add(id(d))
-        if d["state"] == "vanished" and d["pid"] not in stopped:
-            lines.append(_vanished_cause(d, out))
-    # Not trouble by its status, yet work was lost: a thread that died, a failed atexit callback.
-    lines += ["%s %s" % (label(d), d["summary"]) for d in out if d["state"] == "exited" and _lost_work(d)]
-    # Nor is a process that os._exit(0) ended from a thread, or by the program's own call.
-    lines += ["%s %s; next: %s" % (label(d), d["exit_note"], d["exit_next"])
-              for d in out if d["state"] == "exited" and d["exit_note"]]
-    lines += ["warning in %s: %s" % (label(d), w) for d in troubled for w in d["warnings"][:2]][:3]
-    lines += _other_hosts(out)
+        if d["state"] == "vanished" and d["pid"] not in story.stopped:
+            lines.append(_vanished_cause(d, story.out))
     return lines
+
+
+def _lost(story):
+    """Not trouble by its status, yet work was lost: a thread that died, a failed atexit callback."""
+    return ["%s %s" % (label(d), d["summary"]) for d in story.out if d["state"] == "exited" and _lost_work(d)]
+
+
+def _quiet_ends(story):
+    """Nor is a process that os._exit(0) ended from a thread or by the program's own call, or whose
+    last flush failed as its reader went away (status 120)."""
+    return ["%s %s; next: %s" % (label(d), d["exit_note"], d["exit_next"])
+            for d in story.out if d["state"] == "exited" and d["exit_note"]]
 
 
 def _known(d):
@@ -765,8 +793,9 @@ def _headline(out, troubled):
     return "%d of %d process%s in trouble: %s" % (len(troubled), n, "es" if n != 1 else "", ", ".join(parts))
 
 
-def _ranks(out, explained, stragglers):
+def _ranks(story):
     """Ranks side by side: the one(s) elsewhere, and the ones waiting in a collective for them."""
+    out, explained, stragglers = story.out, story.explained, story.stragglers
     ranks, world = {}, 0
     for d in out:
         rank, size = _rank_of(d)
@@ -839,10 +868,11 @@ _ENDED_CHILD_NEXT = "; next: fix what ended the child, and wait for its results 
                     "its exit status"
 
 
-def _parents(out, by_key, explained, stragglers, told):
+def _parents(story):
     """A stalled parent whose child is in trouble waits for that child: say so, name the child,
     unless a cause already tells that pair. Of a parent that was stalled when it was stopped (a
     job killed at its time limit), say which stalled child it had waited for, beside its own line."""
+    out, by_key, explained, stragglers, told = story.out, story.by_key, story.explained, story.stragglers, story.told
     lines = []
     for d in out:
         live = d["state"] == "stalled"
@@ -889,3 +919,14 @@ def _vanished_cause(d, out):
         return "likely cause for %s: the kernel's OOM killer (%s); %s" % (label(d), why, _OOM_HOW)
     return ("likely cause for %s: killed by SIGKILL (kill -9, a job scheduler or the OOM killer; its last "
             "memory breadcrumbs show no pressure); %s" % (label(d), _OOM_HOW))
+
+
+# Who tells each of registry.LINES, in its order, after the causes: (the kinds it tells, fn(story)
+# -> lines). A line a teller tells marks its process explained, so a later one tells it no more.
+STORIES = (
+    (("straggler",), _ranks),
+    (("child-ended",), _parents),
+    (("trouble", "vanished", "killed"), _troubled),
+    (("lost-work",), _lost),
+    (("quiet-end",), _quiet_ends),
+)
