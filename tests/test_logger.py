@@ -130,7 +130,8 @@ def test_multiprocessing_fork_child_records_its_os_exit_status(tmp_path, logdir)
     assert any(not tag.startswith("fork") and msg.startswith("status 0 ") for tag, msg in exits)
 
 
-def test_the_tee_survives_replaced_stdout_logging_handlers_and_odd_lines(tmp_path, logdir):
+@pytest.mark.parametrize("unbuffered", [None, "1"])  # PYTHONUNBUFFERED=1: print() writes its "\n" alone
+def test_the_tee_survives_replaced_stdout_logging_handlers_and_odd_lines(tmp_path, logdir, unbuffered):
     code = r"""
         import io, logging, sys
         assert isinstance(sys.stdout, io.TextIOWrapper) and sys.stdout.fileno() == 1
@@ -143,15 +144,23 @@ def test_the_tee_survives_replaced_stdout_logging_handlers_and_odd_lines(tmp_pat
         sys.stdout.buffer.write(b"binary line\n")
         print("x" * 20000)
         print("step 1\rstep 2\rstep 3")
+        print("begun", end="")
+        sys.stdout.write("")
+        print(", then ended")
+        print("caf\u00e9", end="")
+        print(" au lait")
+        print("drawn\r", end="")
+        print("redrawn")
         print("no newline at the end", end="")
     """
-    result = run_python([script(tmp_path, code)], logdir=logdir)
+    result = run_python([script(tmp_path, code)], logdir=logdir, env={"PYTHONUNBUFFERED": unbuffered} if unbuffered
+                        else None)
     assert result.returncode == 0, result.err
     assert result.out.startswith("WARNING from a logging handler\nafter the redirect\nbinary line\n")
     outs = [r["msg"] for r in result.records() if r["kind"] == "out"]
     assert outs[:3] == ["WARNING from a logging handler", "after the redirect", "binary line"]
     assert outs[3].startswith("xxxx") and "more characters cut" in outs[3]
-    assert outs[4:] == ["step 3", "no newline at the end"]
+    assert outs[4:] == ["step 3", "begun, then ended", "caf\u00e9 au lait", "redrawn", "no newline at the end"]
     assert "captured by the program" not in result.text()
 
 

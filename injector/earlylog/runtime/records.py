@@ -373,11 +373,23 @@ class Formatter:
         if (more or not self._fast or type(text) is not str or "\n" in text
                 or len(text) + len(kind) + 2 > MAX_LINE):
             return format_lines(self.fmt, now, self.pid, self.tag, self.host, kind, text, more)
+        return f"{self._at(now)}{kind}: {text}\n"
+
+    def copied(self, now, prefix, line):
+        """The text format's line for a whole line of a program's output copied as it is: bytes,
+        `KIND: ` as prefix, line ending in its one \n (the tee's usual write, stdio.py); None where
+        lines() must format it (the JSON format, a line past MAX_LINE)."""
+        if not self._fast or len(line) + len(prefix) > MAX_LINE:
+            return None
+        return self._at(now).encode("utf-8", "backslashreplace") + prefix + line
+
+    def _at(self, now):
+        """A line's head for now: `[earlylog] TIME PID TAG `, made once per millisecond."""
         milli = now * 1000 // 1  # the millisecond clock() prints, without int()'s call
         head = self._head
         if head[0] != milli:
             head = self._head = (milli, "%s %s %d %s " % (PREFIX, clock(now), self.pid, self.tag))
-        return f"{head[1]}{kind}: {text}\n"
+        return head[1]
 
 
 def parse(line):

@@ -357,6 +357,18 @@ class Logger:
         if console:
             self.console.write(line, data)
 
+    def copy(self, prefix, line):
+        """A whole ASCII line of the program's output (bytes ending in its one \n; prefix `out: ` as
+        bytes) into the log file only, as event(kind, text, console=False) writes it, without
+        decoding it and encoding it back: the tee's usual write (a print()), so the cheapest."""
+        if self.lineage != _lineage:
+            return
+        data = self.formatter.copied(_now(), prefix, line)
+        if data is None:
+            return self.event(prefix[:-2].decode(), line[:-1].decode(), console=False)
+        self.last_activity = _monotonic()
+        self.write_file(data)
+
     def write_file(self, data):
         """Write bytes to the log file, all of them unless it fails; never raises."""
         if self.fd is None:

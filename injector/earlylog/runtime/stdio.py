@@ -24,6 +24,7 @@ class Tee(io.BufferedIOBase):
         self._target = target   # the original BufferedWriter: its fd, buffering and lock
         self._text = text       # the original TextIOWrapper, kept alive: its __del__ would close target
         self.kind = kind
+        self._prefix = (kind + ": ").encode()  # a copied line's `out: ` (Logger.copy)
         self.logger = logger
         self.encoding = text.encoding or "utf-8"
         self._utf8 = self.encoding.lower().replace("_", "-") in ("utf-8", "utf8")
@@ -39,12 +40,16 @@ class Tee(io.BufferedIOBase):
     def write(self, data):
         chunk = bytes(data)  # the same object for bytes, which TextIOWrapper passes
         # Copied first, so the file has the line even when the console write fails. The usual
-        # write, one whole ASCII line from a live print(), goes straight to the log (Logger.event
-        # never raises); splitlines() also sees a \r, which only the general path handles.
-        whole = not self._pending and self._utf8 and chunk.isascii() and chunk.endswith(b"\n")
-        lines = chunk.splitlines() if whole else ()
-        if len(lines) == 1:
-            self.logger.event(self.kind, lines[0].decode(), console=False)
+        # write, one whole ASCII line from a live print(), or the end of the line this thread
+        # began (print() writes its "\n" alone where PYTHONUNBUFFERED is set), goes straight to
+        # the log as it is (Logger.copy never raises); a \r (a redraw) or more lines take the
+        # general path.
+        if self._utf8 and chunk.isascii() and chunk.find(b"\n") == len(chunk) - 1 >= 0 and chunk.find(b"\r") < 0:
+            line = self._pending.pop(get_ident(), b"") + chunk if self._pending else chunk
+            if line is chunk or line.isascii() and line.find(b"\r") < 0:
+                self.logger.copy(self._prefix, line)
+            else:
+                self._copy(line)
         else:
             self._copy(chunk)
         try:
