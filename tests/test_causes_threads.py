@@ -437,6 +437,28 @@ def test_c_code_holding_the_gil_is_a_stall_with_the_user_frame_and_the_c_call(tm
         kill_tree(proc)
 
 
+def test_a_sigterm_that_finds_c_code_holding_the_gil_is_told_as_the_end_not_a_vanishing(tmp_path, logdir):
+    """`timeout 60 python job.py` on a job stuck in C: faulthandler's SIGTERM stacks come right
+    after its GIL timeout's, with no line between; the report says it got SIGTERM there."""
+    proc = start([script(tmp_path, """
+        import re
+        def check_input(text):
+            return re.match(r"(a+)+$", text)
+        check_input("a" * 40 + "b")
+        """, "validate.py")], logdir, **QUIET)
+    try:
+        wait_for(lambda: any("Timeout (" in read(f) for f in log_files(logdir)))
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=TIMEOUT) == -signal.SIGTERM
+    finally:
+        kill_tree(proc)
+    rep = report_json(logdir)
+    p = rep["processes"][0]
+    assert p["state"] == "killed" and "received SIGTERM in check_input at validate.py:4" in p["summary"], p
+    assert only(rep, "gil")["pids"] == [p["pid"]]
+    assert not any("likely cause" in line or "vanished" in line for line in rep["verdict"]), rep["verdict"]
+
+
 def test_segfault_from_runaway_recursion_is_named_a_stack_overflow(tmp_path, logdir):
     res = run_python([script(tmp_path, """
         import sys

@@ -113,11 +113,12 @@ Signalled = namedtuple("Signalled", "text time threads after_exit")  # after_exi
 class Block:
     """An event with continuation lines (a dump, an exception, a crash) while it is being read. Of
     a longer one it keeps the first lines and the newest: a traceback ends with where it was raised."""
-    __slots__ = ("kind", "time", "text", "head", "tail", "cut")
+    __slots__ = ("kind", "time", "text", "head", "tail", "cut", "threads")
 
     def __init__(self, kind, when, text):
         self.kind, self.time, self.text = kind, when, text
         self.head, self.tail, self.cut = [], deque(maxlen=MAX_BLOCK - _HEAD), 0
+        self.threads = set()  # of faulthandler's blocks: the threads named so far (their idents)
 
     def add(self, line):
         if len(self.head) < _HEAD:
@@ -469,10 +470,15 @@ def _raw(p, line):
     elif line.startswith("Timeout ("):
         _close_block(p)
         p.block = Block("gil", p.last, line)
-    elif not raw_block and line.startswith(("Current thread 0x", "Thread 0x")):
-        # The watchdog's note: a bare faulthandler block with no header is the stack at SIGTERM.
-        _close_block(p)
-        p.block = Block("signal", p.last, "received SIGTERM")
+    elif line.startswith(("Current thread 0x", "Thread 0x")):
+        # The watchdog's note: a bare faulthandler block with no header is the stack at SIGTERM,
+        # also right after another block (C code holding the GIL is where a timeout's SIGTERM finds
+        # it): a dump names each thread once, so a thread named again begins a block of its own.
+        ident = _FAULT_IDENT.match(line).group(1)
+        if not raw_block or ident in p.block.threads:
+            _close_block(p)
+            p.block = Block("signal", p.last, "received SIGTERM")
+        p.block.threads.add(ident)
         p.block.add(line)
     elif raw_block:
         p.block.add(line)
