@@ -304,6 +304,8 @@ def test_tasks_waiting_for_tasks_of_their_own_full_pool_are_a_starved_pool(tmp_p
     proc = start([script(tmp_path, NESTED_POOL, "nest.py"), "same"], logdir, **QUIET)
     rep, res = stalled_report(logdir, proc)
     cause = only(rep, "pool-starved")
+    # Not also "a future nobody sets" for each worker: the future they wait for is queued in their pool.
+    assert [c["kind"] for c in rep["causes"]] == ["pool-starved"], rep["causes"]
     assert sorted(cause["threads"]) == ["ThreadPoolExecutor-0_0", "ThreadPoolExecutor-0_1"]
     text = cause["text"]
     assert "both workers of ThreadPoolExecutor-0 wait for futures" in text

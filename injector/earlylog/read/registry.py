@@ -68,7 +68,7 @@ FINDERS = (
     Finder(thread_causes.starved, "stall", Kind(
         "pool-starved", THREAD, "starved thread pool",
         "Every worker of a ThreadPoolExecutor waits for a future no worker has started: a task waits for work "
-        "queued behind it in its own pool.")),
+        "queued behind it in its own pool.", supersedes=["future-unset"])),
     Finder(thread_causes.imports, "thread", Kind(
         "fork-lock", THREAD, "lock copied by fork",
         "A child made by fork() waits for a lock no thread of its own holds, which the parent's other threads held "
