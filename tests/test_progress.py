@@ -3,6 +3,7 @@ its stall line, dump and cause even while other threads print the whole time (a 
 a progress bar's refresh thread); and busy loops, idle servers, poll loops, a slow first step and
 `import torch` beside a chatty thread get none. Real programs, read back with `earlylog report`."""
 import re
+import signal
 import subprocess
 import textwrap
 import time
@@ -105,6 +106,60 @@ def test_the_stuck_thread_is_told_on_other_pythons(tmp_path, logdir, minor):
     assert "Python 3.%d" % minor in read(log_files(logdir)[0])
     assert "waiting for lock lock at train.py:18 in load_shards" in stall_lines(logdir)[0]
     assert any(c["kind"] == "lock" and "thread prefetch holds it" in flat(c["text"]) for c in rep["causes"])
+
+
+def ended_by_sigterm(logdir, proc):
+    """`timeout` ends the program with SIGTERM once a stall dump is written; its report then."""
+    try:
+        wait_for(lambda: sum(read(f).count("dump: stall") for f in log_files(logdir)) >= 1, timeout=30)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=TIMEOUT) == -signal.SIGTERM
+    finally:
+        kill_tree(proc)
+    (p,) = report_json(logdir)["processes"]
+    assert p["state"] == "killed" and p["summary"].startswith("received SIGTERM"), p["summary"]
+    return p
+
+
+def test_a_worker_stuck_while_the_main_thread_redraws_a_bar_is_told_where_it_waits_after_a_sigterm(tmp_path, logdir):
+    """After the timeout's SIGTERM the report says where the worker waited, not where the main
+    thread was when the signal came (redrawing its bar)."""
+    proc = start(script(tmp_path, """
+    import sys, threading, time
+    def work():
+        time.sleep(0.5)
+        threading.Event().wait()
+    threading.Thread(target=work, name="worker").start()
+    i = 0
+    while True:
+        sys.stdout.write("\\rwaiting for worker %d" % i)
+        sys.stdout.flush()
+        i += 1
+        time.sleep(0.1)
+    """, "job.py"), logdir)
+    summary = flat(ended_by_sigterm(logdir, proc)["summary"])
+    assert "it had stalled for" in summary and "in work at job.py:5, while other threads kept printing (thread " \
+        "worker made no progress)" in summary, summary
+
+
+def test_a_main_thread_joining_a_thread_that_computes_is_busy_and_that_thread_is_named(tmp_path, logdir):
+    """Waiting for a thread that computes is work going on, not a hang: busy, and where it computes."""
+    proc = start(script(tmp_path, """
+    import threading
+    def crunch():
+        x = 0
+        while True:
+            x = (x * 31 + 7) % 1000003
+    worker = threading.Thread(target=crunch, name="cruncher")
+    worker.start()
+    worker.join()
+    """, "crunch.py"), logdir)
+    wait_for(lambda: sum(read(f).count("dump: stall") for f in log_files(logdir)) >= 1, timeout=30)
+    (p,) = report_json(logdir)["processes"]
+    assert p["state"] == "busy" and p["summary"].startswith("busy for"), p
+    assert "thread cruncher running on a CPU" in p["summary"] and "in crunch at crunch.py:5" in p["summary"], p
+    summary = flat(ended_by_sigterm(logdir, proc)["summary"])
+    assert "it had been busy for" in summary and "thread cruncher running on a CPU" in summary, summary
 
 
 def test_a_future_nobody_sets_beside_a_tqdm_bar_updated_by_a_thread_is_named(tmp_path, logdir):

@@ -159,6 +159,11 @@ def _stopped(d, p, now, letter):
         "; it had %s" % d["stall"]["summary"] if d["stall"] else "")
 
 
+def _computing(t):
+    """Is a thread (as --json has it) running on a CPU, as its state note says?"""
+    return (t["state"] or "").startswith("busy:")
+
+
 def _idle(d, p):
     """A stall whose threads all wait for work (an event loop, serve_forever, a pool's queue, a
     sleep loop), or whose worker pool titles it idle (`ray::IDLE`), is idleness, not a hang: state
@@ -307,8 +312,9 @@ def _stall_summary(d, p, now, local):
     upto = now if d["state"] in ("stalled", "idle", "busy") and local else p.last
     silent = (upto or now) - (p.stall.since or d["stall"]["since"] or p.first or now)
     d["stall"]["seconds"] = round(silent, 1)
-    main = d["stall"]["main"]
-    place = where(frame_tuple(d["where"])) if main else "an unknown place (no stack was written)"
+    main = d["stall"]["main"]  # the thread the stall names as stuck, else the main thread
+    # Its place, not d["where"]: of a process a signal ended, that is where the main thread was then.
+    place = where(frame_tuple(main["frame"])) if main else "an unknown place (no stack was written)"
     awaited = None if d["idle"] or not main else _awaited(_stuck_thread(p.stall))
     if awaited is not None:
         frame, waits = awaited
@@ -318,19 +324,26 @@ def _stall_summary(d, p, now, local):
     if d["idle"]:
         text = "idle for %s: %s, in %s" % (secs(silent), d["idle"], place)
     else:
-        text = "%s for %s in %s" % ("busy" if d["state"] == "busy" else "stalled", secs(silent), place)
+        # Computing, as the watchdog saw CPU time rise, whatever ended it since (a timeout's SIGTERM).
+        word = "busy" if d["state"] == "busy" or busy(p.stall.text) else "stalled"
+        text = "%s for %s in %s" % (word, secs(silent), place)
         if p.stall.steps:  # `stalled: no training step for 41 s (steps came every ~0.2 s before; last step 5), in ...`
-            text = "%s: no training step for %s (%s), in %s" % (
-                "busy" if d["state"] == "busy" else "stalled", secs(silent), p.stall.steps, place)
+            text = "%s: no training step for %s (%s), in %s" % (word, secs(silent), p.stall.steps, place)
         elif p.stall.noisy:
             text += ", while other threads kept printing (thread %s made no progress)" % main["name"]
         if d["phase"]:
             text += " (phase %s)" % d["phase"]
         if main and main["state"]:
             text += "; " + main["state"]
+        if word == "busy" and main and not _computing(main):
+            # The main thread waits (a join, a queue) for a thread that computes: name that one.
+            worker = next((t for t in d["stall"]["threads"] if _computing(t)), None)
+            if worker is not None:
+                text += "; thread %s %s in %s" % (worker["name"], worker["state"].partition(": ")[2],
+                                                 where(frame_tuple(worker["frame"])))
     d["stall"]["summary"] = text
     d["summary"] = text if d["state"] in ("stalled", "running", "idle", "busy") else \
-        d["summary"] + "; it had " + ("been " if d["idle"] else "") + text
+        d["summary"] + "; it had " + ("been " if d["idle"] or text.startswith("busy") else "") + text
 
 
 def _awaited(main):
