@@ -313,10 +313,12 @@ def test_noisy_stall_lines():
     seconds, the stuck thread and the heartbeat's words, read back."""
     step = records.no_step(41.2, "step", "0.2", 5)
     stuck = records.no_progress("MainThread", 12, "waiting for lock L at f.py:12 in g") + " (phase load)"
-    assert records.parse_noisy_stall(step) == (41.0, None, "steps came every ~0.2 s before; last step 5")
-    assert records.parse_noisy_stall(stuck) == (12.0, "MainThread", None)
+    assert records.parse_noisy_stall(step) == (41.0, None, "steps came every ~0.2 s before; last step 5", None)
+    assert records.parse_noisy_stall(stuck) == (12.0, "MainThread", None, None)
+    task = records.no_task_progress("Task-1 (main)", "MainThread", 31.2, "waiting for a Future in fetch at app.py:8")
+    assert records.parse_noisy_stall(task + "; stacks in /tmp/x.log") == (31.0, "MainThread", None, "Task-1 (main)")
     assert records.parse_noisy_stall(step + "; " + stuck + "; stacks in /tmp/x.log") == (
-        41.0, "MainThread", "steps came every ~0.2 s before; last step 5")
+        41.0, "MainThread", "steps came every ~0.2 s before; last step 5", None)
     assert records.parse_noisy_stall(records.no_step(9, "batch", "1.5", 30))[2] == "batches came every ~1.5 s before; last batch 30"
     assert records.parse_noisy_stall("silent for 30 s; blocked: sleeping") is None
 

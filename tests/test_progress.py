@@ -108,6 +108,39 @@ def test_the_stuck_thread_is_told_on_other_pythons(tmp_path, logdir, minor):
     assert any(c["kind"] == "lock" and "thread prefetch holds it" in flat(c["text"]) for c in rep["causes"])
 
 
+@pytest.mark.parametrize("minor", [None, 13])  # 3.12 keeps scheduled and eager tasks apart
+def test_an_asyncio_task_stuck_while_another_task_prints_is_named(tmp_path, logdir, minor):
+    """The event loop runs on (a heartbeat task prints), so its thread moves: the task that waits
+    for a reply nobody sends is the one told, with where it waits."""
+    exe, env = PYTHON, {}
+    if minor is not None:
+        exe = python_3(minor)
+        if exe is None:
+            pytest.skip("python3.%d is not on this machine" % minor)
+        from earlylog.cli import launch
+        env = {"PYTHONPATH": launch.variables({})["PYTHONPATH"]}
+    proc = start(script(tmp_path, """
+    import asyncio
+    async def heartbeat():
+        while True:
+            print("alive", flush=True)
+            await asyncio.sleep(0.2)
+    async def fetch(reply):
+        return await reply
+    async def main():
+        asyncio.create_task(heartbeat())
+        print(await fetch(asyncio.get_running_loop().create_future()))
+    asyncio.run(main())
+    """, "serve.py"), logdir, python=exe, **env)
+    (rep, _res), _after, _took = stuck_report(logdir, proc)
+    line = stall_lines(logdir)[0]
+    assert "stall: task Task-1 (main) on thread MainThread made no progress for" in line, line
+    assert "waiting for a Future in fetch at serve.py:8" in line, line
+    (p,) = rep["processes"]
+    assert p["state"] == "stalled" and "in fetch at serve.py:8 (an asyncio task awaits a Future there), while its " \
+        "event loop ran on (task Task-1 (main) made no progress)" in flat(p["summary"]), p["summary"]
+
+
 def ended_by_sigterm(logdir, proc):
     """`timeout` ends the program with SIGTERM once a stall dump is written; its report then."""
     try:
@@ -331,6 +364,40 @@ HEALTHY = {
     "import torch": """
         import torch
         time.sleep(2)
+        """,
+    # Tasks that wait for work or for other tasks: a server's idle client, workers in a gather, a
+    # queue's consumer, an executor computing, a service's main task on its stop event.
+    "asyncio tasks waiting for work": """
+        import asyncio
+        async def handle(reader, writer):
+            while await reader.readline():
+                pass
+        async def worker(n):
+            while True:
+                await asyncio.sleep(0.05)
+        async def consumer(queue):
+            while True:
+                await queue.get()
+        def crunch():
+            end = time.time() + 5
+            while time.time() < end:
+                pass
+        async def main():
+            server = await asyncio.start_server(handle, "127.0.0.1", 0)
+            idle = await asyncio.open_connection(*server.sockets[0].getsockname()[:2])
+            queue, stop = asyncio.Queue(), asyncio.Event()
+            tasks = [asyncio.create_task(c) for c in (server.serve_forever(), consumer(queue))]
+            tasks.append(asyncio.gather(*(worker(n) for n in range(3))))
+            loop = asyncio.get_running_loop()
+            loop.call_later(2, queue.put_nowait, 1)
+            computing = loop.run_in_executor(None, crunch)
+            loop.call_later(5.5, stop.set)
+            await stop.wait()
+            await computing
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        asyncio.run(main())
         """,
 }
 

@@ -572,7 +572,7 @@ def _stall(p, when, text):
             # Output goes on during such a stall: only its `over` line ends it; it began
             # `seconds` before its line (the last step, or the thread's last move).
             p.stall.noisy, p.stall.since = True, when - noisy[0]
-            p.stall.stuck, p.stall.steps = noisy[1], noisy[2]
+            p.stall.stuck, p.stall.steps, p.stall.task = noisy[1], noisy[2], noisy[3]
 
 
 def _gil(p, when, text, threads):

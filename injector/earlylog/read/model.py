@@ -18,7 +18,8 @@ def as_frames(frames):
 class Stall:
     """The stall a process was last in, from the watchdog's `stall` line and the dump after it (or
     faulthandler's `Timeout` block when C code held the GIL)."""
-    __slots__ = ("time", "text", "threads", "over", "dumped", "gil", "noisy", "since", "stuck", "steps", "resumed")
+    __slots__ = ("time", "text", "threads", "over", "dumped", "gil", "noisy", "since", "stuck", "steps", "task",
+                 "resumed")
 
     def __init__(self, when, text, threads, dumped=False, gil=False):
         self.time = when          # epoch seconds of its `stall` line (None if the line had no time)
@@ -30,6 +31,8 @@ class Stall:
         self.noisy = False        # told while other threads printed: only its `over` line ends it
         self.since = None         # for a noisy one: when it began (the last step, the thread's last move)
         self.stuck = None         # for a noisy one: the name of the thread it names as stuck, if any
+        self.task = None          # for a noisy one: the asyncio task it names as stuck (`Task-2 (fetch)`),
+        #                           on thread `stuck`, whose event loop ran on
         self.steps = None         # for a noisy one: the training heartbeat's words, `steps came every ~0.2 s
         #                           before; last step 5`, when the steps stopped
         self.resumed = None       # when the process next did something after it (its wait ended then)

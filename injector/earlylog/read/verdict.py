@@ -315,7 +315,7 @@ def _stall_summary(d, p, now, local):
     main = d["stall"]["main"]  # the thread the stall names as stuck, else the main thread
     # Its place, not d["where"]: of a process a signal ended, that is where the main thread was then.
     place = where(frame_tuple(main["frame"])) if main else "an unknown place (no stack was written)"
-    awaited = None if d["idle"] or not main else _awaited(_stuck_thread(p.stall))
+    awaited = None if d["idle"] or not main else _awaited(_stuck_thread(p.stall), p.stall.task)
     if awaited is not None:
         frame, waits = awaited
         place = "%s (%s)" % (where(frame), waits)
@@ -329,11 +329,13 @@ def _stall_summary(d, p, now, local):
         text = "%s for %s in %s" % (word, secs(silent), place)
         if p.stall.steps:  # `stalled: no training step for 41 s (steps came every ~0.2 s before; last step 5), in ...`
             text = "%s: no training step for %s (%s), in %s" % (word, secs(silent), p.stall.steps, place)
+        elif p.stall.task:
+            text += ", while its event loop ran on (task %s made no progress)" % p.stall.task
         elif p.stall.noisy:
             text += ", while other threads kept printing (thread %s made no progress)" % main["name"]
         if d["phase"]:
             text += " (phase %s)" % d["phase"]
-        if main and main["state"]:
+        if main and main["state"] and not p.stall.task:  # a loop thread's own state says nothing of its task
             text += "; " + main["state"]
         if word == "busy" and main and not _computing(main):
             # The main thread waits (a join, a queue) for a thread that computes: name that one.
@@ -346,16 +348,18 @@ def _stall_summary(d, p, now, local):
         d["summary"] + "; it had " + ("been " if d["idle"] or text.startswith("busy") else "") + text
 
 
-def _awaited(main):
+def _awaited(main, task=None):
     """A main thread parked in its asyncio event loop waits where its tasks wait: (the frame of the
     user's code in the tasks that wait for something other than tasks, the most of them in one
-    place, and `2 asyncio tasks await a Future there`), else None."""
+    place, or in the task the stall names (`Task-1 (main)`), and `2 asyncio tasks await a Future
+    there`), else None."""
     if greenlets.in_hub(main.frames):  # the same for gevent's hub and its greenlets
         return greenlets.awaited(main)
     if not in_event_loop(main.frames):
         return None
-    leaves = [(user_frame(frames), what) for _name, frames, what in task_chains(main.notes)
-              if frames and not library(user_frame(frames).file)
+    named = task.partition(" (")[0] if task else None
+    leaves = [(user_frame(frames), what) for name, frames, what in task_chains(main.notes)
+              if frames and not library(user_frame(frames).file) and named in (None, name)
               and not (what or "").startswith(("task ", "gather of "))]
     if not leaves:
         return None

@@ -55,13 +55,31 @@ def pending_chains(loop):
     """For each pending task of event loop `loop`: ([(file, function) of its coroutine frames,
     outermost first], its innermost coroutine frame or None), read as lines() reads tasks (the
     watchdog asks at a stall whether every task waits for work: runtime/stuck.py)."""
+    return [([(f.f_code.co_filename, f.f_code.co_name) for f in frames], frames[-1] if frames else None)
+            for _task, frames, _waiter in pending(loop)]
+
+
+def pending(loop):
+    """(task, the frames of its await chain outermost first, the object its step waits for or
+    None) of each pending task of event loop `loop`: what the watchdog compares between its looks
+    to see a task move (runtime/stuck.py), read as lines() reads tasks."""
     _load_classes()
-    out = []
-    for task in _tasks_of(loop):
-        if _get(task, "_state") == "PENDING":
-            frames = _await_frames(task)
-            out.append(([(f.f_code.co_filename, f.f_code.co_name) for f in frames], frames[-1] if frames else None))
-    return out
+    return [(task, _await_frames(task), _get(task, "_fut_waiter")) for task in _tasks_of(loop)
+            if _get(task, "_state") == "PENDING"]
+
+
+def awaits_tasks(obj):
+    """Is obj, what a task's step waits for, another task or a gather of tasks? Such a wait moves
+    when they do, and each of them is judged by its own moves (runtime/stuck.py)."""
+    if obj is None:
+        return False
+    gathering = _tasks_module().get("_GatheringFuture")
+    return _task_type(obj) is not None or gathering is not None and type(obj) is gathering
+
+
+def describe(task):
+    """`Task-2 (fetch)`: a task's name and its coroutine function's."""
+    return "%s (%s)" % _names(task)
 
 
 def _load_classes():

@@ -85,8 +85,11 @@ def check(watchdog, now, silent):
     """The per-thread and heartbeat look of one watchdog beat (see runtime/stuck.py)."""
     tracker = getattr(watchdog, "progress", None)
     if tracker is None or tracker.pid != os.getpid():
-        # The program's one thread and ours: no other thread prints while it is stuck.
-        if len(sys._current_frames()) <= 2 and not _beats:
+        # The program's one thread and ours: no other thread prints while it is stuck, unless it
+        # runs an event loop (in its selector now), whose other tasks may.
+        frames = sys._current_frames()
+        if len(frames) <= 2 and not _beats and \
+                not any(f.f_code.co_filename.endswith("selectors.py") for f in frames.values()):
             return
         tracker = watchdog.progress = our_threads.gated(_tracker, watchdog)
     try:

@@ -33,6 +33,8 @@ _REGEXES = {
     "no step": r"^no training step for (\d+(?:\.\d+)?) s \(((?:steps|batches) came every ~[\d.]+ s before; "
                r"last (?:step|batch) \d+)\)",
     "no progress": r"(?:^|; )thread (.+?) made no progress for (\d+(?:\.\d+)?) s while other threads kept printing",
+    "no task progress": r"(?:^|; )task (.+?) on thread (.+?) made no progress for (\d+(?:\.\d+)?) s while other tasks "
+                        r"kept running",
     "in thread": r"^in thread (.+?): (\S.*)$",
     "status": r"status (-?\d+)",
     # An argument is a repr, which may hold "; ": the call ends where what may follow it begins.
@@ -176,14 +178,24 @@ def no_progress(thread, seconds, verdict):
     return "thread %s made no progress for %.0f s while other threads kept printing; %s" % (thread, seconds, verdict)
 
 
+def no_task_progress(task, thread, seconds, verdict):
+    """A `stall:` line's part for an asyncio task that stopped at one await while its event loop
+    ran on (stuck.py): task `Task-2 (fetch)`, the loop's thread."""
+    return "task %s on thread %s made no progress for %.0f s while other tasks kept running; %s" % (
+        task, thread, seconds, verdict)
+
+
 def parse_noisy_stall(text):
-    """(seconds, the stuck thread's name or None, the heartbeat's words or None) of a stall told
-    while other threads printed (no_step, no_progress; the first part's seconds), else None."""
+    """(seconds, the stuck thread's name or None, the heartbeat's words or None, the stuck task or
+    None) of a stall told while other threads printed or other tasks ran (no_step, no_progress,
+    no_task_progress; the first part's seconds), else None. A task's thread is the loop's."""
     step, stuck = _re("no step").match(text), _re("no progress").search(text)
-    if step is None and stuck is None:
+    task = _re("no task progress").search(text) if stuck is None else None
+    if step is None and stuck is None and task is None:
         return None
-    seconds = float(step.group(1) if step else stuck.group(2))
-    return seconds, stuck.group(1) if stuck else None, step.group(2) if step else None
+    seconds = float(step.group(1) if step else stuck.group(2) if stuck else task.group(3))
+    thread = stuck.group(1) if stuck else task.group(2) if task else None
+    return seconds, thread, step.group(2) if step else None, task.group(1) if task else None
 
 
 def fork_threads(names):

@@ -114,7 +114,7 @@ def frame_lines(frame):
 
 def _asyncio_lines(frame):
     """A thread running an event loop is parked in select; its tasks show where it really waits."""
-    loop = _running_loop(frame)
+    loop = running_loop(frame)
     if loop is None:
         return []
     import asyncio
@@ -151,7 +151,7 @@ def _client_read(coro):
     if last is None or user is None or streams is None or last.f_code.co_filename != streams.__file__:
         return []
     reader = introspect.frame_locals(last).get("self")
-    if type(reader) is not streams.StreamReader or _server_read(last):
+    if type(reader) is not streams.StreamReader or server_read(last):
         return []
     try:
         sock = vars(vars(reader).get("_transport")).get("_sock")
@@ -202,7 +202,7 @@ def _waiter(task):
     return "gather of %d tasks" % len(children) if type(children) is list else None
 
 
-def _running_loop(frame):
+def running_loop(frame):
     while frame is not None:
         if frame.f_code.co_name == "run_forever" and "asyncio" in frame.f_code.co_filename:
             return frame.f_locals.get("self")
@@ -215,11 +215,11 @@ def task_chains(frame):
     runs: ([(file, function) of its coroutine frames, outermost first], whether its innermost frame
     is a stream read on a connection a server accepted); None when it runs no loop. The tasks are
     read as aio.py reads them: no method of theirs is called."""
-    loop = _running_loop(frame)
+    loop = running_loop(frame)
     if loop is None:
         return None
     from earlylog.runtime import aio
-    return [(chain, last is not None and _server_read(last)) for chain, last in aio.pending_chains(loop)]
+    return [(chain, last is not None and server_read(last)) for chain, last in aio.pending_chains(loop)]
 
 
 def await_chain(coro, waiter=None):
@@ -232,7 +232,7 @@ def await_chain(coro, waiter=None):
             if type(coro).__name__ == "FutureIter":
                 # A bare Future shows as its iterator, which says nothing more: name it by what the
                 # task waits on, or by the stream read the frame before it is in.
-                what = waiter or (notes.SERVER_READ if last is not None and _server_read(last) else "a Future")
+                what = waiter or (notes.SERVER_READ if last is not None and server_read(last) else "a Future")
             else:
                 what = _short(coro)
             chain.append("awaiting " + what)
@@ -243,7 +243,7 @@ def await_chain(coro, waiter=None):
     return chain
 
 
-def _server_read(frame):
+def server_read(frame):
     """Is this frame a stream read (`reader.readline()`) on a connection an asyncio server accepted?
     Such a read waits for the client's next request: a server's idle, not a reply that never comes.
     The transport a server accepted keeps that server in its `_server` slot; a client's is None."""

@@ -13,6 +13,7 @@ only; what it imports (kstate, waits, children, aio, stacks) it imports under th
 import os
 import sys
 import time
+import weakref
 from _thread import get_ident
 
 from earlylog.runtime import records, threads as our_threads
@@ -49,15 +50,33 @@ class _Seen:
         self.sig, self.runs, self.since, self.verdict, self.children = sig, runs, since, None, None
 
 
+class _TaskSeen:
+    """One asyncio task as last looked at: weak references to it and to what its step waits for
+    (a reference kept would keep them alive; a new object at a freed one's address is no match),
+    its await chain's signature, since when all three stood still, the verdict on its wait (None:
+    not judged yet; '': not a stall), and the loop thread's ident."""
+    __slots__ = ("task", "waiter", "sig", "since", "verdict", "ident")
+
+    def __init__(self, task, waiter, sig, since, ident):
+        self.task, self.waiter, self.sig, self.since, self.ident = task, waiter, sig, since, ident
+        self.verdict = None
+
+    def same(self, task, waiter, sig):
+        return self.task() is task and self.sig == sig and (self.waiter() if self.waiter else None) is waiter
+
+
 class Tracker:
-    """The bookkeeping of one process's watchdog: the threads' last looks and the open episode."""
+    """The bookkeeping of one process's watchdog: the threads' and event loops' tasks' last looks,
+    and the open episode."""
 
     def __init__(self, watchdog):
         self.watchdog = watchdog
         self.pid = os.getpid()
         self.stall = watchdog.stall
         self.seen = {}          # ident -> _Seen
-        self.episode = None     # [idents stuck, since (monotonic), next dump at (seconds), steps judged]
+        self.tasks = {}         # ("task", id of a task) -> _TaskSeen
+        self.tasks_due = 0.0    # when the loops' tasks are looked at next
+        self.episode = None     # [keys stuck (idents, task keys), since (monotonic), next dump at (seconds), steps judged]
 
     def check(self, now, silent, beats):
         """beats: progress.heartbeat()'s answer, or None while steps are not judged."""
@@ -87,7 +106,7 @@ class Tracker:
         frames = sys._current_frames()
         tids = _kernel_ids()
         me = get_ident()
-        seen, stuck = {}, {}
+        seen, stuck, loops = {}, {}, []
         # A thread already told stuck stays so until its stack moves: a blocked wait can be woken
         # once for nothing (seen when a child of ours is spawned) and goes back to the same wait.
         held = self.episode[0] if self.episode is not None else ()
@@ -95,6 +114,8 @@ class Tracker:
             tid = tids.get(ident)
             if ident == me or tid is None or our_threads.name_of(ident) is not None:
                 continue
+            if _in_selector(frame):
+                loops.append((ident, frame))  # an event loop between steps: its tasks tell
             sig, runs = _signature(frame), _runs(tid)
             old = self.seen.get(ident)
             if old is None or old.sig != sig or old.runs != runs and ident not in held or runs is None:
@@ -113,6 +134,35 @@ class Tracker:
                 if old.verdict and (old.children is None or old.children[2]):
                     stuck[ident] = old
         self.seen = seen
+        if judge and now >= self.tasks_due:
+            # Every quarter of a stall at most: a server's thousands of tasks are read that seldom.
+            self.tasks_due = now + self.stall / 4
+            stuck.update(our_threads.gated(self._look_at_tasks, now, loops))
+        elif not judge:
+            self.tasks = {}
+        return stuck
+
+    def _look_at_tasks(self, now, loops):
+        """{key: _TaskSeen} of the program's asyncio tasks that waited at one await on a partner (a
+        reply, a lock, a full queue) for a whole stall while their loop ran on (a heartbeat task
+        printing): the loop's thread moves, so only its tasks can say that one of them is stuck."""
+        from earlylog.runtime import aio, stacks
+        seen, stuck = {}, {}
+        for ident, frame in loops:
+            loop = stacks.running_loop(frame)
+            for task, chain, waiter in aio.pending(loop) if loop is not None else ():
+                key, sig = ("task", id(task)), tuple((f.f_code, f.f_lasti) for f in chain)
+                old = self.tasks.get(key)
+                if old is None or not old.same(task, waiter, sig):
+                    seen[key] = _TaskSeen(weakref.ref(task), _weak(waiter), sig, now, ident)
+                    continue
+                seen[key] = old
+                if now - old.since >= self.stall:
+                    if old.verdict is None:
+                        old.verdict = _judge_task(task, chain, waiter)
+                    if old.verdict:
+                        stuck[key] = old
+        self.tasks = seen
         return stuck
 
     def _tell(self, now, stuck, beats, again=False):
@@ -125,7 +175,7 @@ class Tracker:
         took = max(time.monotonic() - began, 0.01)
         used = sum(b - a for a, b in zip(before, _cpu(kids)) if a is not None and b is not None)
         tids = _kernel_ids()
-        mine = {tids.get(ident) for ident in stuck}
+        mine = {tids.get(ident) for ident in stuck if type(ident) is int}
         others = sum(share for tid, share in shares.items() if tid not in mine) + used / _TICKS / took
         if stuck and beats is None and others >= BUSY:
             return  # a thread waits while other threads or child processes compute: work going on
@@ -134,13 +184,19 @@ class Tracker:
         if beats is not None:
             parts.append(records.no_step(beats[0], beats[4], _secs(beats[1]), beats[3]))
         if stuck:
-            first = min(stuck, key=lambda ident: (ident != main, stuck[ident].since))
+            # A thread first (the main one first), then a task; of each, the one stuck longest.
+            first = min(stuck, key=lambda k: (type(k) is not int, k != main, stuck[k].since))
             more = len(stuck) - 1
-            from earlylog.runtime import phases
-            phase = phases.describe(first)
-            parts.append(records.no_progress(_name(first, main), now - stuck[first].since, stuck[first].verdict) +
-                         (" (phase %s)" % phase if phase else "") +
-                         (" (and %d more thread%s)" % (more, "" if more == 1 else "s") if more else ""))
+            seen = stuck[first]
+            if type(first) is int:
+                from earlylog.runtime import phases
+                phase = phases.describe(first)
+                part = records.no_progress(_name(first, main), now - seen.since, seen.verdict) + \
+                    (" (phase %s)" % phase if phase else "")
+            else:
+                part = records.no_task_progress(seen.verdict[0], _name(seen.ident, main), now - seen.since,
+                                                seen.verdict[1])
+            parts.append(part + (" (and %d more)" % more if more else ""))
         if not stuck and whole >= BUSY:
             parts.append("busy: CPU time still rising (%d%% of a core), computing rather than hung"
                          % round(whole * 100))
@@ -288,6 +344,47 @@ def _cpu(pids):
         fields = (our_threads.read("/proc/%d/stat" % pid, 1024) or b"").rpartition(b")")[2].split()
         out.append(sum(int(f) for f in fields[11:15]) if len(fields) >= 15 else None)
     return out
+
+
+def _in_selector(frame):
+    """Is this thread's innermost frame an event loop's selector, between two steps?"""
+    return frame.f_code.co_name in ("select", "poll", "control") and _is(frame.f_code.co_filename, "selectors.py") \
+        and frame.f_back is not None and frame.f_back.f_code.co_name == "_run_once"
+
+
+def _weak(obj):
+    """A weak reference to obj, or None for None (or an object that takes none: never a match)."""
+    if obj is None:
+        return None
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: _NO_MATCH
+
+
+_NO_MATCH = object()
+
+
+def _judge_task(task, chain, waiter):
+    """(`Task-2 (fetch)`, `waiting for a Future in fetch at app.py:8`) for a task that waits on a
+    partner, or '' for one that waits for work (a server's client, a queue, a sleep: as the report
+    judges a loop), for other tasks (a gather, a task: each is judged by its own moves), or to be
+    told to stop (an Event: a service's main task)."""
+    from earlylog.runtime import aio, stacks
+    if not chain:
+        return ""
+    files = [(f.f_code.co_filename, f.f_code.co_name) for f in chain]
+    inner = chain[-1]
+    if _task_waits_for_work(files, stacks.server_read(inner)) or aio.awaits_tasks(waiter):
+        return ""
+    if inner.f_code.co_name == "wait" and _is(inner.f_code.co_filename, "asyncio/locks.py") or \
+            _is(inner.f_code.co_filename, "asyncio/tasks.py"):
+        return ""  # an Event (a service told to stop), or asyncio.wait()/wait_for() on tasks
+    user = next((f for f in reversed(chain) if not _library(f.f_code.co_filename)), inner)
+    awaited = "a Future" if inner is user else "%s.%s" % (os.path.basename(inner.f_code.co_filename)[:-3],
+                                                          inner.f_code.co_name)
+    return aio.describe(task), "waiting for %s in %s" % (
+        awaited, records.place(user.f_code.co_name, user.f_code.co_filename, user.f_lineno))
 
 
 def _parked(stack, inner, main, users):
