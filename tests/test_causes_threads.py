@@ -461,6 +461,23 @@ def test_a_sigterm_that_finds_c_code_holding_the_gil_is_told_as_the_end_not_a_va
     assert not any("likely cause" in line or "vanished" in line for line in rep["verdict"]), rep["verdict"]
 
 
+def test_a_crash_whose_dump_names_a_just_started_thread_by_its_starter_s_ident_keeps_its_frames(tmp_path):
+    """A crash a moment after start: the thread earlylog has just started has not run yet, and
+    faulthandler shows it under the main thread's ident with no Python frame. The main thread's
+    frames that follow are the crash's, not another dump's (Python 3.10, seen in a real run)."""
+    from earlylog.read import logread, verdict
+    from support import T0, write
+    raw = ["Fatal Python error: Segmentation fault", "", "Thread 0x00007fba093beb80 (most recent call first):",
+           "  <no Python frame>", "", "Current thread 0x00007fba093beb80 (most recent call first):",
+           '  File "/usr/lib/python3.10/ctypes/__init__.py", line 517 in string_at',
+           '  File "/app/crash.py", line 5 in write_checkpoint', '  File "/app/crash.py", line 7 in <module>']
+    write(tmp_path, 40, [(0, "start", "pid 40 (parent 1) argv python crash.py; log x (via pth, earlylog 0.1.0 at "
+                                      "/opt/earlylog, Python 3.10.13)", ()),
+                         (0.1, "out", "saving", ())] + [(0.1, None, line, ()) for line in raw], "crash")
+    (p,) = verdict.judge(logread.read(str(tmp_path)), now=T0 + 30)["processes"]
+    assert p["state"] == "crashed" and "Segmentation fault (SIGSEGV) in write_checkpoint at crash.py:5" in p["summary"]
+
+
 def test_segfault_from_runaway_recursion_is_named_a_stack_overflow(tmp_path, logdir):
     res = run_python([script(tmp_path, """
         import sys

@@ -113,12 +113,13 @@ Signalled = namedtuple("Signalled", "text time threads after_exit")  # after_exi
 class Block:
     """An event with continuation lines (a dump, an exception, a crash) while it is being read. Of
     a longer one it keeps the first lines and the newest: a traceback ends with where it was raised."""
-    __slots__ = ("kind", "time", "text", "head", "tail", "cut", "threads")
+    __slots__ = ("kind", "time", "text", "head", "tail", "cut", "threads", "thread")
 
     def __init__(self, kind, when, text):
         self.kind, self.time, self.text = kind, when, text
         self.head, self.tail, self.cut = [], deque(maxlen=MAX_BLOCK - _HEAD), 0
-        self.threads = set()  # of faulthandler's blocks: the threads named so far (their idents)
+        self.threads = set()  # of faulthandler's blocks: the threads whose frames came so far (idents)
+        self.thread = None    # ... and the thread whose head came last
 
     def add(self, line):
         if len(self.head) < _HEAD:
@@ -473,14 +474,18 @@ def _raw(p, line):
     elif line.startswith(("Current thread 0x", "Thread 0x")):
         # The watchdog's note: a bare faulthandler block with no header is the stack at SIGTERM,
         # also right after another block (C code holding the GIL is where a timeout's SIGTERM finds
-        # it): a dump names each thread once, so a thread named again begins a block of its own.
+        # it): a dump shows each thread's frames once, so a thread whose frames came already
+        # begins a block of its own. (Its ident alone may come twice: a thread just started,
+        # `<no Python frame>`, bears its starter's ident until it runs.)
         ident = _FAULT_IDENT.match(line).group(1)
         if not raw_block or ident in p.block.threads:
             _close_block(p)
             p.block = Block("signal", p.last, "received SIGTERM")
-        p.block.threads.add(ident)
+        p.block.thread = ident
         p.block.add(line)
     elif raw_block:
+        if line.startswith("  File ") and p.block.thread is not None:
+            p.block.threads.add(p.block.thread)
         p.block.add(line)
 
 
