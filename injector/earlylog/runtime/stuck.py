@@ -19,6 +19,9 @@ from _thread import get_ident
 from earlylog.runtime import records, threads as our_threads
 
 MAX_FRAMES = 40     # frames in a stack signature, as in a dump
+# Event loops' tasks are looked at only while there are at most this many (about 7 us each, with
+# the GIL held): a loop with more is a server's, and a look at all of them would pause it.
+MAX_WATCHED_TASKS = 256
 GROWTH_CAP = 3600.0  # a stall is told again at S, 2S, 4S ... of it, at least once an hour after
 BUSY = 0.2          # share of a core the other threads or children use: work in progress, not a stall
 try:
@@ -148,6 +151,8 @@ class Tracker:
         printing): the loop's thread moves, so only its tasks can say that one of them is stuck."""
         from earlylog.runtime import aio, stacks
         seen, stuck = {}, {}
+        if loops and aio.task_count() > MAX_WATCHED_TASKS:
+            loops = []
         for ident, frame in loops:
             loop = stacks.running_loop(frame)
             for task, chain, waiter in aio.pending(loop) if loop is not None else ():
