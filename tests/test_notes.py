@@ -293,8 +293,15 @@ def test_exit_records():
     value = read(records.ended_by_us(6.2, "read_index at job.py:5", 6), 124)
     assert value["ended"] == ("6 s", "read_index at job.py:5", "6")
     assert value["call"] == "ended by earlylog: stuck for 6 s in read_index at job.py:5 (EARLYLOG_STALL_EXIT=6)"
+    value = read("end of program" + records.exit_daemons([("saver", records.place("save", "/app/ckpt.py", 4)),
+                                                          ("upload", "put at s3.py:9")]) + records.exit_dropped(1))
+    assert value["daemons"] == "saver in save at ckpt.py:4, upload in put at s3.py:9" and value["call"] is None
+    value = read(records.exit_call("sys.exit", "0", ("main", "/app/t.py", 3)) +
+                 records.exit_daemons([("saver", "save at ckpt.py:4")]))
+    assert value["call"] == "sys.exit(0) in main at t.py:3" and value["daemons"] == "saver in save at ckpt.py:4"
     value = read("end of program")
     assert value["status"] == 0 and value["call"] is None and value["by"] is None and value["flush"] is None
+    assert value["daemons"] is None
 
 
 def test_watchdog_lines():

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from support import (PYTHON, clean_env, earlylog, kill_tree, log_files, python_3, read, report_json, run_both, script,
-                     start, wait_for, wait_log)
+from support import (PYTHON, clean_env, earlylog, kill_tree, log_files, python_3, read, report_json, run_both, run_python,
+                     script, start, wait_for, wait_log)
 
 
 def causes(rep, kind):
@@ -107,6 +107,34 @@ def test_sys_exit_in_a_thread_while_the_main_thread_waits_for_its_work(tmp_path,
            "for an item from queue `results` at pipeline.py:7" in cause["text"]
     assert "tell the main thread" in cause["next"]
     assert flat("%s; next: %s" % (cause["text"], cause["next"])) in text
+
+
+def test_a_daemon_thread_still_writing_when_the_program_ends_is_named_and_a_sleeping_one_is_not(tmp_path, logdir):
+    """Python stops daemon threads at exit wherever they are: a checkpoint half written, status 0
+    all the same. The report names the one at work; a heartbeat thread asleep is no news."""
+    res = run_python([script(tmp_path, """
+        import os, threading, time
+        def save_checkpoint():
+            with open(os.devnull, "wb") as f:
+                while True:
+                    f.write(os.urandom(65536))  # writing a checkpoint that never gets to finish
+        def heartbeat():
+            while True:
+                time.sleep(0.5)
+        threading.Thread(target=save_checkpoint, daemon=True, name="saver").start()
+        threading.Thread(target=heartbeat, daemon=True, name="heartbeat").start()
+        time.sleep(0.3)
+        print("training done")
+    """, name="train.py")], logdir=logdir)
+    assert res.returncode == 0 and res.out == "training done\n"
+    (exit_line,) = [r["msg"] for r in res.records() if r["kind"] == "exit"]
+    assert exit_line.endswith("; daemon thread still at work: saver in save_checkpoint at train.py:6"), exit_line
+    rep = report_json(logdir)
+    (p,) = rep["processes"]
+    assert p["state"] == "exited" and rep["causes"] == []
+    note = "ended with daemon thread still at work (saver in save_checkpoint at train.py:6): Python stops daemon " \
+           "threads at exit without a word"
+    assert note in p["summary"] and any(note in line and "join the thread" in line for line in rep["verdict"])
 
 
 @pytest.mark.parametrize("minor", [None, 9, 13])  # 3.13 names the stream in its words, with no object

@@ -665,6 +665,7 @@ def _exit(e, when, record):
     """An exit record into model.Exit; a later one (the last flush's status 120) keeps the call and
     who made it, and replaces the status and time."""
     e.status, e.time, e.flush = record["status"], when, record["flush"]
+    e.daemons = record["daemons"] or e.daemons
     if record["call"] is not None:
         e.call = record["call"]
         e.at, e.outer = _frame(record["at"]), _frame(record["outer"])

@@ -52,7 +52,7 @@ class Exit:
     """How a process ended, from its `exit` record(s); every field is None until one is read (a
     process still running, or one killed without a record). A later record (the last flush's
     status 120) overrides the status and keeps the call."""
-    __slots__ = ("status", "time", "call", "at", "outer", "by", "main_at", "flush", "before")
+    __slots__ = ("status", "time", "call", "at", "outer", "by", "main_at", "flush", "daemons", "before")
 
     def __init__(self):
         self.status = None        # its exit status (int), or None when the record names none
@@ -64,6 +64,8 @@ class Exit:
         self.by = None            # who called os._exit: `thread loader` or `the main thread`
         self.main_at = None       # the main thread's Frame then, when another thread called it
         self.flush = None         # (stream, error, whether its reader went away): the last flush failed (120)
+        self.daemons = None       # the daemon threads still at work then, which Python stopped without a
+        #                           word: `saver in save at ckpt.py:4, ...`
         self.before = None        # when it last did something before the exit record (verdict._cut_short)
 
 

@@ -225,7 +225,8 @@ LINES = (
          "status hides the lost work."),
     Kind("quiet-end", PROCESS, "ended without a word",
          "os._exit() ended a process from a thread or from the program's own code, skipping finally blocks, atexit "
-         "and the last flush; or that last flush failed as its reader went away (status 120)."),
+         "and the last flush; that last flush failed as its reader went away (status 120); or daemon threads were "
+         "still at work, which Python stops at exit wherever they are."),
 )
 
 KINDS = {k.kind: k for f in FINDERS for k in f.causes if isinstance(k, Kind)}

@@ -212,6 +212,12 @@ def _exited(d, p):
     elif _lost_work(d):
         d["summary"] += ", but %s in %s" % (first_line(d["exception"]["text"]),
                                             where(frame_tuple(d["exception"]["frame"])))
+    elif p.exit.daemons and p.exit.status == 0:
+        d["exit_note"] = "ended with daemon %s still at work (%s): Python stops daemon threads at exit without a " \
+                         "word, wherever they are" % ("threads" if "," in p.exit.daemons else "thread", p.exit.daemons)
+        d["exit_next"] = "if that work must finish (a checkpoint, an upload, a flush), join the thread before the " \
+                         "program ends, or make it a non-daemon thread"
+        d["summary"] += ": " + d["exit_note"]
     if p.signal is not None and p.signal.after_exit:
         # Its exit record is written before the interpreter shuts down; a supervisor's SIGTERM (torchrun
         # stopping the other ranks) can still end it there, and the status its parent sees is -15.

@@ -166,6 +166,12 @@ def _record():
         from earlylog.runtime import probes
         probes.run_now(logger)
     text = records.exit_line(code, time.time() - logger.started, how)
+    threading = sys.modules.get("threading")
+    if threading is not None and len(getattr(threading, "_active", ())) > 1:
+        from earlylog.runtime import daemons  # stopped at exit without a word: say which were at work
+        working = daemons.at_work()
+        if working:
+            text += records.exit_daemons(working)
     dropped = logger.console.dropped
     if dropped:
         text += records.exit_dropped(dropped)

@@ -69,23 +69,27 @@ def _tick_rate():
         return 100
 
 
+def state(tid):
+    """A thread's state letter (R running, S sleeping, D in disk I/O, ...), or '' if unknown."""
+    return (_read("/proc/self/task/%d/stat" % tid).rpartition(")")[2].split() or [""])[0]
+
+
 def describe(tid, cpu_share=None):
     """One sentence on a thread, e.g. 'blocked writing to fd 1 (stdout), a pipe that is full ...'.
 
     cpu_share: the thread's share of a core over the last moment, if the caller measured it."""
-    state = _read("/proc/self/task/%d/stat" % tid).rpartition(")")[2].split()[:1]
-    if not state:
+    letter = state(tid)
+    if not letter:
         return ""
-    state = state[0]
     from earlylog.runtime import notes  # at a stall or dump only: the beats never describe
-    if state == "R" or (cpu_share is not None and cpu_share >= 0.2):
+    if letter == "R" or (cpu_share is not None and cpu_share >= 0.2):
         return notes.busy(cpu_share)
     wchan = _read("/proc/self/task/%d/wchan" % tid)
     what = _blocked_in(syscall(tid), wchan)
-    if state == "D":
+    if letter == "D":
         what = "in uninterruptible I/O (disk, network filesystem or device)" + (", " + what if what else "")
     elif not what:
-        what = STATES.get(state, "state " + state)
+        what = STATES.get(letter, "state " + letter)
     return notes.blocked(what, wchan)
 
 

@@ -40,7 +40,8 @@ _REGEXES = {
     # An argument is a repr, which may hold "; ": the call ends where what may follow it begins.
     "call": r"; ((?:sys\.exit|exit|os\._exit|raise SystemExit)\(.*?\)(?: in %s(?:, from %s)?)?"
             r"|python could not open the script .*?)(?=; from (?:thread |the main thread)"
-            r"|; \d+ console lines? dropped|$)" % (_PLACE, _PLACE),
+            r"|; daemon threads? still at work: |; \d+ console lines? dropped|$)" % (_PLACE, _PLACE),
+    "daemons": r"; daemon threads? still at work: (.*?)(?=; \d+ console lines? dropped|$)",
     "ended": ENDED_BY_US + r"stuck for (\d+ s) in (.*) \(EARLYLOG_STALL_EXIT=([^)]*)\)",
     "by": r"; from (thread .+?|the main thread)(?: while the main thread was in %s)?(?:; |$)" % _PLACE,
     "flush": r"; flushing (stdout|stderr) at exit failed \((\w+)\)(; the reader of its \w+ went away)?",
@@ -235,7 +236,7 @@ def place(function, filename, line):
     return "%s at %s:%d" % (function, filename.rpartition("/")[2], line)
 
 
-# --- The exit record: `exit: status N after S s; HOW[; FROM][; DROPPED]`, or a
+# --- The exit record: `exit: status N after S s; HOW[; FROM][; DAEMONS][; DROPPED]`, or a
 # second one, `exit: status 120 after S s; FLUSH`. Its words are written (hooks.py, act.py) and read
 # (parse_exit, for logread) here only. A place below is (function, filename, line).
 
@@ -271,6 +272,14 @@ def exit_flush(stream, error, gone):
                                                    if gone else "")
 
 
+def exit_daemons(working):
+    """The part of an exit record naming the daemon threads still at work (daemons.py), which Python
+    stops at exit without a word: `; daemon thread still at work: saver in save at ckpt.py:4`.
+    working: [(name, place())]."""
+    return "; daemon thread%s still at work: %s" % ("" if len(working) == 1 else "s", ", ".join(
+        "%s in %s" % pair for pair in working))
+
+
 def exit_dropped(count):
     """The end of an exit record whose console lost lines."""
     return "; %d console line%s dropped (console full or gone)" % (count, "s" if count != 1 else "")
@@ -287,10 +296,11 @@ def parse_exit(text):
     Python could not open (`sys.exit(3) in main at a.py:5`, None if none was seen); at and outer,
     the places in it; by, who called os._exit (`thread loader`, `the main thread`) and main_at,
     where the main thread then was; flush, (stream, error, whether its reader went away); ended,
-    (seconds, where, knob) of EARLYLOG_STALL_EXIT."""
-    status = _re("status").search(text)
+    (seconds, where, knob) of EARLYLOG_STALL_EXIT; daemons, the daemon threads still at work
+    (`saver in save at ckpt.py:4, ...`) or None."""
+    status, daemons = _re("status").search(text), _re("daemons").search(text)
     out = {"status": int(status.group(1)) if status else None, "call": None, "at": None, "outer": None,
-           "by": None, "main_at": None, "flush": None, "ended": None}
+           "by": None, "main_at": None, "flush": None, "ended": None, "daemons": daemons.group(1) if daemons else None}
     call = _re("call").search(text)
     if call:
         out["call"] = call.group(1)
