@@ -282,8 +282,26 @@ def test_worker_thread_that_died_is_the_reason_the_main_thread_waits(tmp_path, l
     assert "thread loader died" in text and "ValueError: bad shard 3" in text
     assert "load_batches at train.py:5" in text
     assert "queue `batches`" in text and "train.py:7" in text
-    assert "load_batches" in cause["next"] and "timeout" in cause["next"]
+    assert "load_batches" in cause["next"] and "queue.get(timeout=...)" in cause["next"]
     leads(res, cause)
+
+
+def test_a_producer_blocked_on_a_full_queue_whose_consumer_died_is_told_to_put_with_a_timeout(tmp_path, logdir):
+    proc = start([script(tmp_path, """
+        import queue, threading
+        batches = queue.Queue(maxsize=4)
+        def consume():
+            while True:
+                if batches.get() == 2:
+                    raise ValueError("bad item")
+        threading.Thread(target=consume, name="consumer", daemon=True).start()
+        for i in range(100):
+            batches.put(i)
+        """, "feed.py")], logdir, **QUIET)
+    rep, _res = stalled_report(logdir, proc)
+    cause = only(rep, "thread-died")
+    assert "room in queue `batches` at feed.py:10" in cause["text"], cause["text"]
+    assert "queue.put(timeout=...)" in cause["next"], cause["next"]
 
 
 NESTED_POOL = """

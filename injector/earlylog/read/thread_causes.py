@@ -377,9 +377,9 @@ def _deaths(d, p, threads):
         out.append(Cause("thread-died", "%s: thread %s died with %s in %s, %s; thread %s has waited since, %s at %s"
                          % (label(d), death.thread, first_line(death.text), frames.where(frame), when, w.name, waits,
                             _place(w.frame)),
-                         "fix the %s in %s; to fail fast instead of hanging, give the wait a timeout (e.g. "
-                         "queue.get(timeout=...)) and check the worker's is_alive()"
-                         % (death.text.partition(":")[0], frames.where(frame)),
+                         "fix the %s in %s; to fail fast instead of hanging, give the wait a timeout (%s) and "
+                         "check the worker's is_alive()" % (death.text.partition(":")[0], frames.where(frame),
+                                                            _timed(w)),
                          [d["pid"]], [death.thread, w.name]))
     return out
 
@@ -435,6 +435,17 @@ def _unset(d, threads):
         "registered, a request never sent), and give result() a timeout so a lost reply becomes an error",
         [d["pid"]], [t.name]) for t in threads
         if t.wait and t.wait["kind"] == "future" and t.wait["detail"] == "not started" and not t.busy]
+
+
+def _timed(t):
+    """A thread's wait as the program would write it with a timeout: `queue.put(timeout=...)`."""
+    if t.joins:
+        return "join(timeout=...)"
+    kind = t.wait["kind"]
+    if kind == "queue":
+        return "queue.%s(timeout=...)" % ("put" if t.wait["detail"] == "put" else "get")
+    return {"future": "result(timeout=...)", "event": "wait(timeout=...)", "condition": "wait(timeout=...)",
+            "barrier": "wait(timeout=...)"}.get(kind, "e.g. queue.get(timeout=...)")
 
 
 def _waiting_on(wait):
