@@ -11,7 +11,7 @@ import time
 import pytest
 
 from support import (PYTHON, TIMEOUT, clean_env, earlylog, kill_tree, log_files, python_3, read, report_json,
-                     script, wait_for)
+                     run_python, script, wait_for)
 
 STALL = 1
 # A thread that prints a line every 0.3 s all the time the program runs.
@@ -139,6 +139,30 @@ def test_an_asyncio_task_stuck_while_another_task_prints_is_named(tmp_path, logd
     (p,) = rep["processes"]
     assert p["state"] == "stalled" and "in fetch at serve.py:8 (an asyncio task awaits a Future there), while its " \
         "event loop ran on (task Task-1 (main) made no progress)" in flat(p["summary"]), p["summary"]
+
+
+def test_an_asyncio_task_stays_stuck_between_the_watchdog_s_looks_at_the_tasks(tmp_path, logdir):
+    """The watchdog looks at the tasks a quarter of a stall apart; in between, a stuck task stays
+    told, with no `over` line until it moves."""
+    res = run_python([script(tmp_path, """
+    import asyncio
+    async def heartbeat():
+        while True:
+            print("alive", flush=True)
+            await asyncio.sleep(0.2)
+    async def main():
+        asyncio.create_task(heartbeat())
+        reply = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_later(6.5, reply.set_result, "late")
+        print(await reply)
+        await asyncio.sleep(1)
+    asyncio.run(main())
+    """, "late.py")], logdir, env={"EARLYLOG_STALL": 4, "EARLYLOG_NATIVE": 0}, timeout=TIMEOUT)
+    assert res.returncode == 0, res.err[-2000:]
+    told = [line.partition(" stall: ")[2] for line in stall_lines(logdir)]
+    assert told[0].startswith("task Task-1 (main) on thread MainThread made no progress for 4 s"), told
+    overs = [i for i, line in enumerate(told) if line.startswith("over:")]
+    assert overs in ([], [len(told) - 1]), told  # an `over` only once the reply came, as the last word
 
 
 def ended_by_sigterm(logdir, proc):

@@ -78,6 +78,7 @@ class Tracker:
         self.stall = watchdog.stall
         self.seen = {}          # ident -> _Seen
         self.tasks = {}         # ("task", id of a task) -> _TaskSeen
+        self.stuck_tasks = {}   # those of them the last look found stuck
         self.tasks_due = 0.0    # when the loops' tasks are looked at next
         self.episode = None     # [keys stuck (idents, task keys), since (monotonic), next dump at (seconds), steps judged]
 
@@ -138,11 +139,12 @@ class Tracker:
                     stuck[ident] = old
         self.seen = seen
         if judge and now >= self.tasks_due:
-            # Every quarter of a stall at most: a server's thousands of tasks are read that seldom.
+            # Every quarter of a stall at most; a task found stuck stays so until the next look.
             self.tasks_due = now + self.stall / 4
-            stuck.update(our_threads.gated(self._look_at_tasks, now, loops))
+            self.stuck_tasks = our_threads.gated(self._look_at_tasks, now, loops)
         elif not judge:
-            self.tasks = {}
+            self.tasks, self.stuck_tasks = {}, {}
+        stuck.update(self.stuck_tasks)
         return stuck
 
     def _look_at_tasks(self, now, loops):
