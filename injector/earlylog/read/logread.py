@@ -148,14 +148,10 @@ class Thread:
 
     def __init__(self, header):
         self.header = header
+        self.head = notes.head(header)  # the dump's head line as a notes.Head; None for faulthandler's, a traceback's
         self.frames = []
         self.notes = []
         self.code = {}  # frame index -> its source line, where the dump wrote it (faulthandler does not)
-
-    @property
-    def head(self):
-        """The dump's head line as a notes.Head, or None for faulthandler's and a traceback's."""
-        return notes.head(self.header)
 
     @property
     def name(self):

@@ -355,8 +355,8 @@ def _cpu(pids):
 
 def _in_selector(frame):
     """Is this thread's innermost frame an event loop's selector, between two steps?"""
-    return frame.f_code.co_name in ("select", "poll", "control") and _is(frame.f_code.co_filename, "selectors.py") \
-        and frame.f_back is not None and frame.f_back.f_code.co_name == "_run_once"
+    return _is(frame.f_code.co_filename, "selectors.py") and frame.f_back is not None and \
+        frame.f_back.f_code.co_name == "_run_once"
 
 
 def _weak(obj):
@@ -450,7 +450,7 @@ def waiting_for_work():
         if not _parked(stack, inner, main, users):
             return False
         if any(func == "_run_once" and _is(path, "asyncio/base_events.py") for path, func, _l in stack):
-            if not (_is(stack[0][0], "selectors.py") and stack[1][1] == "_run_once"):
+            if not _in_selector(frame):
                 return False  # inside a task's step or a callback, not parked in its selector
             tasks = stacks.task_chains(frame)
             if tasks is None or not all(_task_waits_for_work(chain, serving) for chain, serving in tasks):
