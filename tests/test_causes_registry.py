@@ -36,6 +36,9 @@ def test_each_kind_is_declared_once_with_a_level_a_title_and_a_sentence_or_two()
 def test_the_verdict_tells_each_verdict_line_in_the_registry_s_order_and_what_supersedes_one_exists():
     from earlylog.read import verdict
     assert [kind for kinds, _tell in verdict.STORIES for kind in kinds] == [k.kind for k in registry.LINES]
+    # The stories told before how the run ended are LINES' first; what ended it is a cause of the run.
+    assert [k.kind for k in registry.LINES[:len(registry.BEFORE_ENDINGS)]] == list(registry.BEFORE_ENDINGS)
+    assert all(registry.KINDS[kind].level == registry.RUN for kind in registry.ENDINGS)
     for kind in registry.LINES:
         assert kind.kind not in registry.KINDS and set(kind.supersedes) <= set(registry.KINDS) | set(
             registry.LINE_KINDS), kind.kind

@@ -591,6 +591,35 @@ def test_a_whole_run_killed_at_once_is_one_cause_not_one_per_process(tmp_path, l
     assert "OOM killer" in cause["text"] and "dmesg" in cause["next"]
 
 
+def test_a_run_stopped_at_its_time_limit_tells_the_hung_child_first(tmp_path, logdir):
+    # A pool whose one task hangs, stopped as a job scheduler does at its limit (SIGTERM to the whole
+    # group): the hang is the story, and being stopped its consequence, so it is told after.
+    proc = start([script(tmp_path, """
+        import multiprocessing as mp, time
+        def work(x):
+            if x == 3:
+                time.sleep(1000)
+            return x
+        if __name__ == "__main__":
+            with mp.Pool(2) as pool:
+                print(pool.map(work, range(6)))
+        """, "job.py")], logdir, **QUIET)
+    try:
+        wait_for(lambda: sum("dump: stall" in read(f) for f in log_files(logdir)) >= 2)
+        time.sleep(1)  # every process's stall dumped, the idle worker's included
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=TIMEOUT)
+    rep = report_json(logdir)
+    stopped = only(rep, "run-stopped")
+    hung = next(p for p in rep["processes"] if p["where"] and p["where"]["function"] == "work")
+    waited = "pid %d (job) had waited in pool.map for child %d (fork<job), which had stalled in work at job.py:5 " \
+             "when they ended" % (proc.pid, hung["pid"])
+    told = [line.partition("; next:")[0] for line in rep["verdict"]]
+    assert waited in told and stopped["text"] in told, rep["verdict"]
+    assert told.index(waited) < told.index(stopped["text"]), rep["verdict"]
+
+
 def test_the_rank_that_failed_first_is_named_before_the_ranks_its_failure_took_down(tmp_path, logdir):
     res = run_python([script(tmp_path, """
         import os, subprocess, sys

@@ -229,6 +229,14 @@ LINES = (
          "still at work, which Python stops at exit wherever they are."),
 )
 
+# The verdict's order: the causes read from what the processes were stuck on; then the stories
+# of where the work stood (BEFORE_ENDINGS of LINES); then ENDINGS, the causes that tell how the run
+# ended from outside, which a person reads as the consequence (a job killed at its time limit
+# because a pool's child hung: the hang first); then the other causes of the run and the rest of
+# LINES.
+BEFORE_ENDINGS = ("straggler", "child-ended")
+ENDINGS = ("run-stopped",)
+
 KINDS = {k.kind: k for f in FINDERS for k in f.causes if isinstance(k, Kind)}
 LINE_KINDS = {k.kind: k for k in LINES}
 RUN_KINDS = frozenset(k for k, v in KINDS.items() if v.level == RUN)

@@ -700,19 +700,27 @@ def _in_collective(d):
 
 
 def _verdict(out, by_key, causes):
-    """The short story, most important first: a headline, the causes with their next steps, then
-    the lines of registry.LINES (STORIES tells them, in their order), then warnings and the hosts
-    judged by their logs alone."""
+    """The short story, most important first: a headline, the causes with their next steps, with
+    the lines of registry.LINES (STORIES tells them, in their order; registry.ENDINGS after
+    registry.BEFORE_ENDINGS), then warnings and the hosts judged by their logs alone."""
     if not out:
         return ["no earlylog process logs here"]
     story = _Story(out, by_key, causes)
     lines = [_headline(out, story.troubled)]
-    lines += ["%s; next: %s" % (c["text"], c["next"]) if c["next"] else c["text"] for c in causes]
-    for _kinds, tell in STORIES:
+    ending = [c for c in causes if c["kind"] in registry.ENDINGS]
+    lines += [_cause_line(c) for c in causes if c["kind"] not in registry.ENDINGS]
+    for kinds, tell in STORIES:
+        if ending and not set(kinds) <= set(registry.BEFORE_ENDINGS):
+            lines += [_cause_line(c) for c in ending]
+            ending = []
         lines += tell(story)
     lines += ["warning in %s: %s" % (label(d), w) for d in story.troubled for w in d["warnings"][:2]][:3]
     lines += _other_hosts(out)
     return lines
+
+
+def _cause_line(c):
+    return "%s; next: %s" % (c["text"], c["next"]) if c["next"] else c["text"]
 
 
 class _Story:
