@@ -1,6 +1,7 @@
 """Work that ends without a word, each from a real program: os._exit() called from a thread,
 sys.exit() in a thread while the main thread waits for its work, the last flush of stdout failing
 because its reader went away (status 120), a child killed by SIGKILL while its parent waits for it,
+a program that os.exec* replaced with one that writes no log,
 and a thread that keeps failing to connect and sleeping between tries (quiet, and logging every
 failure while another thread prints). Each asserts the report's sentence and its next step; and
 the look-alikes that are no trouble stay so: a supervisor that kills its child on purpose, a
@@ -135,6 +136,53 @@ def test_a_daemon_thread_still_writing_when_the_program_ends_is_named_and_a_slee
     note = "ended with daemon thread still at work (saver in save_checkpoint at train.py:6): Python stops daemon " \
            "threads at exit without a word"
     assert note in p["summary"] and any(note in line and "join the thread" in line for line in rep["verdict"])
+
+
+HANDOVER = """
+    import os, sys, time
+    def hand_over():
+        if sys.argv[1] == "python":  # the same pid becomes a new Python program, which logs again
+            os.execv(sys.executable, [sys.executable, "-c", "import sys; print('second'); sys.exit(5)"])
+        os.execvp("sh", ["sh", "-c", "sleep %s; echo shell done; exit 4" % sys.argv[2], "--token", "sekrit"])
+    try:
+        os.execvp("no-such-program-of-earlylog", ["no-such-program-of-earlylog"])  # fails: the program goes on
+    except OSError:
+        print("no such program")
+    print("handing over", flush=True)
+    hand_over()
+    """
+
+
+def test_a_program_that_execs_another_says_what_replaced_it_not_that_it_vanished(tmp_path, logdir):
+    """os.exec* ends the Python program without an exit record, the process going on as another
+    program that writes no log (a shell, a binary): not a process that vanished (SIGKILL), but one
+    replaced, named with its command line, secrets masked, and the call that did it."""
+    path = script(tmp_path, HANDOVER, "handover.py")
+    run = run_both([path, "shell", "0"], logdir)
+    assert run.returncode == 4 and run.out.endswith("handing over\nshell done\n")
+    rep = report_json(logdir)
+    proc, = rep["processes"]
+    assert proc["state"] == "unknown" and rep["verdict"][0] == "1 process, none in trouble: 1 unknown", rep["verdict"]
+    assert proc["summary"].startswith("replaced itself with `sh -c 'sleep 0; echo shell done; exit 4' --token '***'` "
+                                      "(os.execvp('/") and "in hand_over at handover.py:6)" in proc["summary"], proc
+    assert "sekrit" not in "".join(read(f) for f in log_files(logdir))
+    assert earlylog("report", logdir).returncode == 0  # no trouble of its own: its end is not known here
+
+    # While the new program runs, the pid runs it: so the report says.
+    proc = start([path, "shell", "30"], logdir / "live")
+    try:
+        wait_for(lambda: "exec: " in "".join(read(f) for f in log_files(logdir / "live")))
+        rep = report_json(logdir / "live")
+    finally:
+        kill_tree(proc)
+    live, = rep["processes"]
+    assert live["state"] == "running" and live["summary"].startswith("runs `sh -c 'sleep 30; echo shell done; exit 4'"), live
+
+    # A Python program with earlylog after the exec: the same process, its end is the new program's.
+    run = run_both([path, "python", "0"], logdir / "python")
+    assert run.returncode == 5
+    proc, = report_json(logdir / "python")["processes"]
+    assert proc["state"] == "failed" and proc["status"] == 5, proc
 
 
 @pytest.mark.parametrize("minor", [None, 9, 13])  # 3.13 names the stream in its words, with no object

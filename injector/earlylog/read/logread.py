@@ -43,7 +43,7 @@ _HEAD = 100             # of which the first: a traceback's outermost frames, a 
 MAX_KEPT = 30           # warnings and closed phases kept per process (the newest)
 # Kinds that are the process itself doing something; the watchdog's own lines are not.
 HANDLED = "handled "  # an `exception` line the process went on after (runtime/hooks.py)
-LIFE = ("start", "exit", "exception", "phase", "out", "err", "mark", "fork", "probe")
+LIFE = ("start", "exit", "exec", "exception", "phase", "out", "err", "mark", "fork", "probe")
 _RAW_KINDS = ("fatal", "gil", "signal")
 
 
@@ -87,6 +87,9 @@ class Proc:
         self.task_deaths = []   # TaskDied: asyncio's "Task exception was never retrieved" reports
         self.unretrieved = None  # one being read: [time, name, coroutine, exception, traceback before]
         self.block = None       # the Block whose `| ` lines are being read
+        # (call, argv words) of an exec record with nothing of the program after it: os.exec*
+        # replaced the program with one that writes nothing here (a shell, a binary).
+        self.exec = None
 
     @property
     def rank(self):
@@ -362,6 +365,8 @@ def _line(folder, path, state, line):
         p.last = when
     if p.tag is None or kind == "start":
         p.tag = record["tag"]  # a second start line is the same pid after exec: the new program's tag
+    if kind in LIFE:
+        p.exec = None  # an exec that failed (the program went on), or a Python with earlylog after it
     # The phase reminder's `waiting X: still waiting` line is the watchdog's kind: no sign of life.
     if kind in LIFE and when is not None and not (kind == "phase" and record["msg"].startswith("waiting ")):
         if kind == "exit":
@@ -401,6 +406,8 @@ def _event(folder, p, kind, when, text):
                 folder.newer = p.version
     elif kind == "exit":
         _exit(p.exit, when, records.parse_exit(text))
+    elif kind == "exec":
+        p.exec = records.parse_exec(text)
     elif kind in ("exception", "stall", "dump", "signal", "fatal"):
         p.block = Block(kind, when, text)
     elif kind == "phase":

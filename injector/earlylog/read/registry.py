@@ -216,7 +216,7 @@ LINES = (
          "was, and the next step its error is known to need."),
     Kind("vanished", PROCESS, "likely SIGKILL",
          "A process vanished with no exit record: the kernel's OOM killer when its memory lines show pressure, "
-         "else SIGKILL from a person or a scheduler."),
+         "else SIGKILL from a person or a scheduler, or C code calling exit()."),
     Kind("killed", PROCESS, "killed, as another process says",
          "Another process's output says it killed this one (Ray's memory monitor): killed, by whom, and the next "
          "step, whatever its own log shows.", supersedes=["child-killed"]),

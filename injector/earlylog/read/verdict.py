@@ -95,9 +95,9 @@ def _process(p, now, here):
                           "printed": raised is not p.exception}
     # A stall told while other threads printed (a thread that made no progress, no training step)
     # is not ended by their output: only by its `over` line.
-    stalled_at_end = p.stall is not None and p.stall.over is None and \
+    stalled_at_end = p.stall is not None and p.stall.over is None and p.exec is None and \
         (p.stall.noisy or p.activity is None or p.stall.time is None or p.stall.time >= p.activity)
-    cut = not stalled_at_end and p.stall is not None and p.stall.over is None and _cut_short(p)
+    cut = not stalled_at_end and p.stall is not None and p.stall.over is None and p.exec is None and _cut_short(p)
     if stalled_at_end or cut:
         stalled_at_end = True
         main = _stuck_thread(p.stall)
@@ -115,6 +115,8 @@ def _process(p, now, here):
         _exited(d, p)
     elif p.signal is not None:
         _signalled(d, p)
+    elif p.exec is not None:
+        _replaced(d, p, letter, now)
     elif letter:
         d["state"] = "stalled" if stalled_at_end else "running"
     elif local and p.unrecorded:
@@ -138,13 +140,27 @@ def _process(p, now, here):
             d["summary"] = "%s until %s own code around that call ended the process (%s): a hang cut short, the " \
                            "call never returned" % (d["stall"]["summary"], "Ray's" if _ray(d) else "the library's",
                                                     _exit_call(p.exit))
-    elif d["state"] == "running":
+    elif d["state"] == "running" and p.exec is None:
         d["summary"] = "running, last sign of life %s ago" % secs(now - (p.last or now))
     if d["state"] in ("running", "stalled", "idle", "busy") and letter in _STOPPED:
         _stopped(d, p, now, letter)
     if not local:
         _elsewhere(d, p, now)
     return d
+
+
+def _replaced(d, p, letter, now):
+    """os.exec* replaced the program with one that writes nothing here (a shell, a binary, a Python
+    without earlylog): no trouble of its own; what the pid runs now, or that its end is unknown."""
+    call, words = p.exec
+    if letter:
+        d["state"] = "running"
+        d["summary"] = "runs `%s` since %s replaced the program; that one writes no log here, last sign of life " \
+                       "%s ago" % (words, call, secs(now - (p.last or now)))
+    else:
+        d["state"], d["end"] = "unknown", p.last
+        d["summary"] = "replaced itself with `%s` (%s) after %s; how that program ended is not recorded here: " \
+                       "its status is what its launcher saw" % (words, call, _span(p.first, p.last))
 
 
 def _stopped(d, p, now, letter):
@@ -949,7 +965,8 @@ def _vanished_cause(d, out):
         why = "the cgroup's oom_kill count rose" if rose else "memory was at %s" % mem["last"]
         return "likely cause for %s: the kernel's OOM killer (%s); %s" % (label(d), why, _OOM_HOW)
     return ("likely cause for %s: killed by SIGKILL (kill -9, a job scheduler or the OOM killer; its last "
-            "memory breadcrumbs show no pressure); %s" % (label(d), _OOM_HOW))
+            "memory breadcrumbs show no pressure), or ended by C code calling exit(), which Python never sees (the "
+            "status its launcher saw tells them apart: -9 or 137 is SIGKILL); %s" % (label(d), _OOM_HOW))
 
 
 # Who tells each of registry.LINES, in its order, after the causes: (the kinds it tells, fn(story)

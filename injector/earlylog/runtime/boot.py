@@ -162,7 +162,7 @@ def _failed(step, exc):
 
 
 def _start(origin, parent_tag=None):
-    from earlylog.runtime import config as config_module, identity, records, sinks
+    from earlylog.runtime import config as config_module, identity, records, redact, sinks
     started = time.time()
     config = state.config = config_module.Config()
     if not config.enabled:
@@ -193,7 +193,7 @@ def _start(origin, parent_tag=None):
     # A fork child's start line stays in its file: the child may exec at once (pexpect, pty.spawn,
     # a daemon's double fork), and its streams are then the new program's output, read as data.
     logger.event("start", records.start_line(
-        ident.pid, ident.ppid, _quote_argv(ident.argv), path, origin, _version(),
+        ident.pid, ident.ppid, "argv " + redact.command(ident.argv), path, origin, _version(),
         os.path.dirname(os.path.dirname(os.path.abspath(__file__))), sys.version.split()[0], ident.grandparent,
         ident.place), console=parent_tag is None)
     for problem in config.problems:
@@ -246,17 +246,6 @@ def _log_arg(config, argv):
         if arg.startswith(option + "="):
             return arg[len(option) + 1:]
     return None
-
-
-def _quote_argv(argv):
-    from earlylog.runtime import redact
-    return "argv " + " ".join(_shell_word(a) for a in redact.argv(argv))
-
-
-def _shell_word(word):
-    if word and all(c.isalnum() or c in "@%+=:,./-_" for c in word):
-        return word
-    return "'" + word.replace("'", "'\\''") + "'"
 
 
 def _version():

@@ -11,7 +11,8 @@ from earlylog.runtime import records, state
 # How the status is known, since atexit callbacks are not told it (by then the SystemExit is
 # gone: sys.exc_info() and sys.last_value are empty):
 #   - sys.exit(n) (argparse, click, console scripts), exit()/quit(), os._exit(n): wrapped, each
-#     keeping the original and recording n before calling it;
+#     keeping the original and recording n before calling it (os.exec*, wrapped too, leaves an
+#     exec record instead: the process goes on as another program);
 #   - an uncaught exception: our sys.excepthook sees it (status 1; KeyboardInterrupt 130), unless
 #     the interactive prompt goes on after it (see _handled_by);
 #   - Python 3.12+: sys.monitoring watches the __main__ module's code only (local CALL and
@@ -43,6 +44,9 @@ def start(logger):
     stdio.on_main_flush = after_main
     _wrap(sys, "exit", "sys.exit", _sys_exit)
     _wrap(os, "_exit", "os._exit", _os_exit)
+    # Every os.exec* function ends in one of these two, looked up in os's globals at the call.
+    _wrap(os, "execv", "os.execv", _os_execv)
+    _wrap(os, "execve", "os.execve", _os_execve)
     _wrap_quitter()
     _original["excepthook"] = sys.excepthook
     if sys.excepthook is sys.__excepthook__:
@@ -137,6 +141,43 @@ def _os_exit(status):
     except BaseException:  # os._exit must exit whatever happens to our record
         pass
     _original["os._exit"](status)
+
+
+def _os_execv(path, argv):
+    """os.execv (and execl, execlp, execvp, which call it): the exec record, then the real call."""
+    _exec_record(path, argv, sys._getframe(1))
+    return _original["os.execv"](path, argv)
+
+
+def _os_execve(path, argv, env):
+    """os.execve (and execle, execlpe, execvpe)."""
+    _exec_record(path, argv, sys._getframe(1))
+    return _original["os.execve"](path, argv, env)
+
+
+def _exec_record(path, argv, caller):
+    """`exec: os.execvp('sh') in main at a.py:3; argv sh -c 'exit 4'`: the process goes on as
+    another program, with no exit record of this one; a program that is not Python with earlylog
+    writes nothing more here, so the report says what replaced it. Only for a file that can be
+    run: execvp tries each folder of PATH, and those tries fail. A failed exec raises OSError and
+    the program goes on: the lines after the record say so to the reader."""
+    try:
+        logger = state.logger
+        if logger is None or not (isinstance(path, int) or os.access(path, os.X_OK)):
+            return
+        how, frame = "os.execv", caller
+        while frame is not None and frame.f_globals.get("__name__") == "os":  # execvp -> _execvpe -> here
+            how, frame = "os." + frame.f_code.co_name, frame.f_back
+        outer = records.outer(frame) if frame is not None else None
+        call = records.exit_call(how, repr(os.fsdecode(path) if not isinstance(path, int) else path)[:MAX_ARG],
+                                 _where(frame) if frame is not None else None,
+                                 _where(outer) if outer is not None and outer is not frame else None)
+        from earlylog.runtime import redact, stdio
+        for tee in stdio.tees():
+            tee.drain()
+        logger.event("exec", records.exec_line(call, redact.command([os.fsdecode(a) for a in argv])))
+    except BaseException:  # the exec must happen whatever happens to our record
+        pass
 
 
 def _other_thread():

@@ -6,7 +6,7 @@ PREFIX = "[earlylog]"
 MAX_LINE = 4000
 CONTINUATION = "| "
 # Every event line's message is `<kind>: <text>`; the report keys on these kinds.
-KINDS = ("start", "exit", "exception", "signal", "fatal", "stall", "dump", "phase", "probe",
+KINDS = ("start", "exit", "exec", "exception", "signal", "fatal", "stall", "dump", "phase", "probe",
          "WARNING", "out", "err", "mem", "fork", "mark", "note", "earlylog")
 
 # What the reader parses, each beside its writer below; compiled on first use (_re): the runtime
@@ -246,10 +246,23 @@ def exit_line(status, seconds, how):
     return "status %d after %.3f s; %s" % (status, seconds, how)
 
 
+def exec_line(call, words):
+    """The exec record's words, written just before os.exec* replaces the program (hooks.py): the
+    call as exit_call writes one (`os.execvp('sh') in main at a.py:3`), then the program that
+    replaces it, quoted and redacted as the start line's argv: `; argv sh -c 'exit 4'`."""
+    return "%s; argv %s" % (call, words)
+
+
+def parse_exec(text):
+    """An exec record's (call, argv words)."""
+    call, _, words = text.partition("; argv ")
+    return call, words
+
+
 def exit_call(how, arg, at=None, outer=None):
     """HOW for an exit call that was seen: `sys.exit(3)`, `sys.exit(3) in main at a.py:5`, and for a
     call in a library the program's own frame that led there: `exit(2) in exit at argparse.py:2633,
-    from main at train.py:12`. how: sys.exit, exit, os._exit or raise SystemExit."""
+    from main at train.py:12`. how: sys.exit, exit, os._exit, raise SystemExit, or an os.exec* function."""
     text = "%s(%s)" % (how, arg)
     if at is not None:
         text += " in " + place(*at)

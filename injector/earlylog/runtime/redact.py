@@ -89,6 +89,18 @@ def argv(args):
     return out
 
 
+def command(args):
+    """The command line as a shell would take it back, secrets masked (argv): the start line's and
+    the exec record's words."""
+    return " ".join(_shell_word(a) for a in argv(args))
+
+
+def _shell_word(word):
+    if word and all(c.isalnum() or c in "@%+=:,./-_" for c in word):
+        return word
+    return "'" + word.replace("'", "'\\''") + "'"
+
+
 def _assignment(word):
     """Mask a NAME=value word whose NAME looks secret."""
     name, eq, _ = word.partition("=")
