@@ -168,9 +168,9 @@ PROGRAMS = {
 }
 
 
-def _run(tmp_path, logdir, names, python=None, env=None):
-    procs = [start([script(tmp_path, PROGRAMS[name], name + ".py")], logdir, **QUIET) if python is None else
-             subprocess.Popen([python, script(tmp_path, PROGRAMS[name], name + ".py")], env=env,
+def _run(tmp_path, logdir, names, python=None, env=None, programs=PROGRAMS):
+    procs = [start([script(tmp_path, programs[name], name + ".py")], logdir, **QUIET) if python is None else
+             subprocess.Popen([python, script(tmp_path, programs[name], name + ".py")], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
              for name in names]
 
@@ -246,3 +246,121 @@ def test_the_tasks_are_read_on_other_pythons(tmp_path, logdir, minor):
         _cause(rep, "loop-blocked", procs["sleep_loop"]["pid"])["text"]
     assert "task Task-3 (consumer) waits for queue.get() at kept_producer.py:16" in \
         _cause(rep, "task-died", procs["kept_producer"]["pid"])["text"]
+
+
+LOCKS = {
+    # A heartbeat task prints all along: the loop runs on while one task waits for ever.
+    "lock_twice": """
+        import asyncio
+        lock = asyncio.Lock()
+
+        async def heartbeat():
+            while True:
+                print("tick", flush=True)
+                await asyncio.sleep(0.2)
+
+        async def save():
+            async with lock:
+                return 1
+
+        async def step():
+            async with lock:
+                return await save()
+
+        async def main():
+            asyncio.create_task(heartbeat())
+            await step()
+
+        asyncio.run(main())
+        """,
+    "held_lock": """
+        import asyncio
+
+        class Cache:
+            def __init__(self):
+                self._lock = asyncio.Lock()
+                self.ready = asyncio.Event()
+
+            async def refresh(self):
+                async with self._lock:
+                    await self.ready.wait()  # nothing sets it: the lock is never let go
+
+            async def get(self):
+                async with self._lock:
+                    return 1
+
+        async def main():
+            cache = Cache()
+            asyncio.create_task(cache.refresh())
+            await asyncio.sleep(0.1)
+            await cache.get()
+
+        asyncio.run(main())
+        """,
+    "crossed_locks": """
+        import asyncio
+        a, b = asyncio.Lock(), asyncio.Lock()
+
+        async def one():
+            async with a:
+                await asyncio.sleep(0.1)
+                async with b:
+                    pass
+
+        async def two():
+            async with b:
+                await asyncio.sleep(0.1)
+                async with a:
+                    pass
+
+        async def main():
+            await asyncio.gather(one(), two())
+
+        asyncio.run(main())
+        """,
+    # No cause: a semaphore limiting work whose holder is slow, a lock whose holder sleeps.
+    "throttled": """
+        import asyncio
+        slots, lock = asyncio.Semaphore(1), asyncio.Lock()
+
+        async def fetch(i):
+            async with slots:
+                await asyncio.sleep(3600)
+
+        async def tidy():
+            async with lock:
+                await asyncio.sleep(3600)
+
+        async def main():
+            await asyncio.gather(fetch(1), fetch(2), tidy(), tidy())
+
+        asyncio.run(main())
+        """,
+}
+
+
+def test_a_task_waiting_for_an_asyncio_lock_names_who_holds_it(tmp_path, logdir):
+    """An asyncio.Lock that its own task holds (asyncio's locks are not reentrant), one held by a
+    task that waits for an Event nothing sets, two tasks each holding the lock the other wants: each
+    named with the lock as the code writes it and where its holder took it; a slow semaphore holder
+    and a sleeping lock holder are no cause."""
+    rep, text, procs = _run(tmp_path, logdir, list(LOCKS), programs=LOCKS)
+    twice = _cause(rep, "task-lock", procs["lock_twice"]["pid"])
+    assert twice["text"].endswith("asyncio task Task-1 waits for asyncio.Lock `lock` in save at lock_twice.py:11, "
+                                  "which it already holds: it took it in step at lock_twice.py:15, and asyncio's "
+                                  "locks are not reentrant, so the task waits for itself"), twice["text"]
+    assert "do not take `lock` again" in twice["next"]
+    assert "asyncio.Lock `lock`, which that task holds itself" in procs["lock_twice"]["summary"]
+
+    held = _cause(rep, "task-lock", procs["held_lock"]["pid"])
+    assert held["text"].endswith("asyncio task Task-1 waits for asyncio.Lock `self._lock` in get at held_lock.py:14, "
+                                 "held by task Task-2 since refresh at held_lock.py:10, which itself waits for "
+                                 "asyncio.Event `self.ready` in refresh at held_lock.py:11"), held["text"]
+    assert "find why task Task-2's wait never ends" in held["next"]
+
+    crossed = [c for c in rep["causes"] if c["kind"] == "task-lock" and procs["crossed_locks"]["pid"] in c["pids"]]
+    assert crossed and all("the two tasks wait for each other (a deadlock)" in c["text"] for c in crossed), crossed
+    assert "take the locks in one order" in crossed[0]["next"]
+
+    assert not [c for c in rep["causes"] if procs["throttled"]["pid"] in c["pids"]], rep["causes"]
+    assert "which it already holds" in text

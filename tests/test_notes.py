@@ -104,6 +104,24 @@ def test_asyncio_and_task_chains():
     assert notes.parse("task Task-3: /app/q.py:11 in consumer").awaiting is None
 
 
+def test_what_a_task_awaits_of_asyncio_s_own_primitives():
+    where = notes.held_where("with", "/app/a.py", 7, "outer")
+    for what, value in [
+            (notes.awaits_sync("Lock", "lock", notes.THIS_TASK, where),
+             notes.AwaitsSync("Lock", "lock", notes.THIS_TASK, "with", "/app/a.py", 7, "outer")),
+            (notes.awaits_sync("Lock", "self._lock", "task Task-3", notes.held_where("acquire", "/app/b.py", 9, "f")),
+             notes.AwaitsSync("Lock", "self._lock", "task Task-3", "acquire", "/app/b.py", 9, "f")),
+            (notes.awaits_sync("Queue", "jobs", detail="empty"),
+             notes.AwaitsSync("Queue", "jobs", None, None, None, None, None)),
+            (notes.awaits_sync("Semaphore", None, "task Task-4", where, "0 free"),
+             notes.AwaitsSync("Semaphore", None, "task Task-4", "with", "/app/a.py", 7, "outer"))]:
+        assert notes.parse_awaits_sync(what) == value, what
+        # In a task line, read back whole: the chain's last part.
+        line = notes.task("Task-1", ["/app/a.py:4 in inner", "awaiting " + what])
+        assert notes.parse_awaits_sync(read_back(line).awaiting) == value
+    assert notes.parse_awaits_sync("a Future") is None and notes.parse_awaits_sync(None) is None
+
+
 def test_a_dumps_thread_heads_and_frames():
     """The structure of a dump (stacks.py): each thread's head line, then its frames; notes and
     task lines under it are never read as frames, whatever their words hold."""

@@ -1,6 +1,7 @@
 """asyncio causes (see causes.py): an event loop blocked by a synchronous call inside a coroutine
 (`loop-blocked`: while `time.sleep`, a blocking socket read or a lock's acquire() runs in one
-task, no other task runs), and a task that died with an exception nobody retrieved while other
+task, no other task runs), a task waiting for an asyncio lock that it holds itself or that a task
+waiting for something else holds (`task-lock`), and a task that died with an exception nobody retrieved while other
 tasks wait for what it would have produced (`task-died`: the producer raised, the consumer awaits
 queue.get() for ever). Read from the notes runtime/aio.py writes under a loop's thread (`running
 task:`, `dead task:`) and from asyncio's own "Task exception was never retrieved" report on
@@ -30,8 +31,63 @@ def find(report, folder):
             continue
         for t in p.stall.threads:
             out += _blocked(d, t)
+            out += [] if d["idle"] else _held_locks(d, t)
         out += [_died(d, death, waiters) for death, waiters in orphaned(p)]
     return out
+
+
+# --- a task waiting for an asyncio lock that is never released --------------------------------
+
+def _held_locks(d, t):
+    """A task waits for an asyncio Lock (or a Condition's) that it holds
+    itself (asyncio's locks are not reentrant: it waits for ever), or that another task holds while
+    that task waits for something else: one cause per lock, read from the task lines' `held by`
+    (runtime/stacks.py finds the holder's `async with` block or `acquire()` in its await chain)."""
+    chains = {name: (chain, awaiting) for name, chain, awaiting in frames.task_chains(t.notes)}
+    out, told = [], set()
+    for name, (chain, awaiting) in chains.items():
+        sync = notes.parse_awaits_sync(awaiting)
+        # A semaphore's holders are many by design (a limit on concurrent work, a slow holder): no cause.
+        if sync is None or sync.kind not in ("Lock", "Condition") or sync.holder is None or \
+                (sync.kind, sync.name, sync.holder) in told:
+            continue
+        told.add((sync.kind, sync.name, sync.holder))
+        lock = "asyncio.%s `%s`" % (sync.kind, sync.name) if sync.name else "an asyncio.%s" % sync.kind
+        taken = "%s at %s:%s" % (sync.func, _base(sync.file), sync.line) if sync.file else "its await chain"
+        waiter = "asyncio task %s waits for %s%s" % (name, lock, _at(frames.user_frame(chain)))
+        if sync.holder == notes.THIS_TASK:
+            out.append(Cause(
+                "task-lock", "%s: %s, which it already holds: it took it in %s, and asyncio's locks are not "
+                             "reentrant, so the task waits for itself" % (label(d), waiter, taken),
+                "do not take %s again while it is held: call a helper that expects it held, or release it "
+                "before the call (asyncio has no RLock)" % (("`%s`" % sync.name) if sync.name else "the lock"),
+                [d["pid"]], [t.name]))
+            continue
+        holder = sync.holder[len("task "):]
+        held_chain, held_awaits = chains.get(holder, ((), None))
+        if any(f.function == "sleep" and frames.is_file(f.file, "asyncio/tasks.py") for f in held_chain[:1]):
+            continue  # the holder paces itself: it lets go when it wakes
+        again = notes.parse_awaits_sync(held_awaits)
+        if again is not None and again.holder == "task " + name:
+            what = "%s, which task %s holds: the two tasks wait for each other (a deadlock)" % (
+                frames.awaited_words(held_awaits).partition(",")[0], name)
+            step = "take the locks in one order in every task, or hold only one at a time"
+        else:
+            what = frames.awaited_words(held_awaits) or "something that was not written"
+            step = "find why task %s's wait never ends; keep waits for other work out of the block that holds "                    "the lock, or bound them (`asyncio.wait_for`, `asyncio.timeout`)" % holder
+        out.append(Cause(
+            "task-lock", "%s: %s, held by task %s since %s, which itself waits for %s%s" % (
+                label(d), waiter, holder, taken, what, _at(frames.user_frame(held_chain))),
+            step, [d["pid"]], [t.name]))
+    return out
+
+
+def _base(path):
+    return path.rpartition("/")[2]
+
+
+def _at(frame):
+    return " in %s at %s:%d" % (frame.function, _base(frame.file), frame.line) if frame is not None else ""
 
 
 # --- a loop blocked by a synchronous call ----------------------------------------------------

@@ -247,7 +247,9 @@ def _parked(frames, awaiting):
     """Does the task's own coroutine await, itself, a bare Future or an asyncio Event (`await
     asyncio.Future()`, `await stop.wait()`)? Beside a server that is the idiom for "serve until
     stopped". A Future awaited deeper, inside a helper or a library (a reply, a read), is not."""
-    return awaiting == "a Future" and bool(frames) and not library(frames[-1].file) and all(
-        f.function == "wait" and is_file(f.file, "asyncio/locks.py") for f in frames[:-1])
+    sync = notes.parse_awaits_sync(awaiting)
+    return (awaiting == "a Future" or sync is not None and sync.kind == "Event") and bool(frames) and \
+        not library(frames[-1].file) and all(f.function == "wait" and is_file(f.file, "asyncio/locks.py")
+                                             for f in frames[:-1])
 
 

@@ -124,6 +124,10 @@ FINDERS = (
         "A coroutine or callback makes a synchronous call that blocks, so the asyncio loop runs no other task: "
         "await an async call, or run it in a thread.")
         , Kind(
+        "task-lock", THREAD, "asyncio lock held",
+        "An asyncio task waits for an asyncio.Lock that it holds itself, which never ends since "
+        "asyncio's locks are not reentrant, or that another task holds while waiting for something else.")
+        , Kind(
         "task-died", THREAD, "dead task",
         "An asyncio task died with an exception nobody retrieved while another task waits for what it would have "
         "produced: fix the error, and await the task.")),

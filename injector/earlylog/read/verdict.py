@@ -9,8 +9,8 @@ import time
 from earlylog import __version__
 from earlylog.read import async_causes, greenlets, idle, known, registry
 from earlylog.read.causes import busy, first_line, label, secs
-from earlylog.read.frames import (call_name, frame_dict, frame_tuple, in_event_loop, library, task_chains, user_frame,
-                                  where)
+from earlylog.read.frames import (awaited_words, call_name, frame_dict, frame_tuple, in_event_loop, library,
+                                  task_chains, user_frame, where)
 from earlylog.runtime import notes, records
 
 SCHEMA = 1
@@ -388,7 +388,7 @@ def _awaited(main, task=None):
     frame, what = max(leaves, key=leaves.count)
     n = leaves.count((frame, what))
     return frame, "%s await%s %s there" % ("an asyncio task" if n == 1 else "%d asyncio tasks" % n,
-                                           "s" if n == 1 else "", what or "something")
+                                           "s" if n == 1 else "", awaited_words(what) or "something")
 
 
 def _span(a, b):

@@ -85,18 +85,19 @@ def _released_in_wait(frame):
     return set()
 
 
-def held_in(frame):
-    """[(`; with block at FILE:LINE in FUNC` text, ids held)] for each frame holding something."""
+def held_in(frame, depth=MAX_FRAMES):
+    """[(`; with block at FILE:LINE in FUNC` text, ids held)] for each frame holding something, of
+    the `depth` frames from frame outwards."""
     out = []
-    depth = 0
-    while frame is not None and depth < MAX_FRAMES:
+    for _ in range(depth):
+        if frame is None:
+            break
         for how, expr, line in _held_at(frame):
             found, value = introspect.resolve(expr[0], frame) if expr else (False, None)
             if found:
                 ids = {id(value)} | ({id(introspect.field(value, "_lock"))} if syncs.is_condition(value) else set())
                 out.append((_where_text(how, frame, line), ids))
         frame = frame.f_back
-        depth += 1
     return out
 
 
@@ -132,7 +133,7 @@ class _Source:
                 inner = child.decorator_list[0].lineno if child.decorator_list else child.lineno
             elif isinstance(child, ast.Lambda):
                 inner = child.lineno
-            if isinstance(child, ast.With) and child.body:
+            if isinstance(child, (ast.With, ast.AsyncWith)) and child.body:
                 exprs = [self._span(item.context_expr) for item in child.items]
                 self.blocks.setdefault(key, []).append((child.body[0].lineno, child.end_lineno, child.lineno, exprs))
                 for expr in exprs:
@@ -287,10 +288,11 @@ def _expr(lines, span):
     return found
 
 
-def calls_at(frame):
+def calls_at(frame, anywhere=False):
     """(expression, attr, its text) of the call or `with` the frame is executing: the candidates
     at its line whose names the code object knows (a changed source file gives none) and, where
-    the interpreter tells, whose columns are the current instruction's."""
+    the interpreter tells, whose columns are the current instruction's (any of its line's when
+    `anywhere`: a suspended coroutine's instruction is its await's, not its call's)."""
     src = _source(frame)
     if src is None:
         return []
@@ -298,7 +300,7 @@ def calls_at(frame):
     code = frame.f_code
     lines = fds.getlines(code.co_filename)
     known = set(code.co_names) | set(code.co_varnames) | set(code.co_cellvars) | set(code.co_freevars)
-    here = _instruction(frame)
+    here = None if anywhere else _instruction(frame)
     out = []
     for span, attr, site in src.calls.get(frame.f_lineno, ()):
         found = _expr(lines, span) if _at(here, span, attr, site) else None

@@ -26,7 +26,8 @@ The kinds, their lines, and who writes them:
   handling (retries.py)    handling: ERROR[: TEXT][, raised in FUNC at FILE:LINE][, connecting to ADDRESS]
   retries (retries.py)     retries: N failures seen in the last S s
   asyncio (stacks.py)      asyncio: N pending task(s) on this thread's event loop[; it serves ADDRESSES]
-  task (stacks.py)         task NAME: FILE:LINE in CORO > ... > awaiting WHAT   (indented four spaces)
+  task (stacks.py)         task NAME: FILE:LINE in CORO > ... > awaiting WHAT   (indented four spaces;
+                           WHAT for asyncio's own lock, event, semaphore or queue: awaits_sync())
   running (aio.py)         running task: NAME (CORO): FILE:LINE in FUNC[; calls CALL] | running callback: FILE:LINE
                            in FUNC[; calls CALL]
   dead task (aio.py)       dead task: NAME (CORO): FILE:LINE in FUNC > ...; raised EXC[; waited on by task A, task B]
@@ -320,6 +321,36 @@ def task(name, chain):
     return "%s%s: %s" % (TASK, name, " > ".join(chain))
 
 
+THIS_TASK = "this task"
+
+
+def awaits_sync(kind, name, holder=None, where="", detail=None):
+    """An await chain's WHAT when its bare Future is asyncio's own lock, event, condition, semaphore
+    or queue: `asyncio.Lock `lock`[, held by this task|task NAME[WHERE]][, DETAIL]`; WHERE as
+    held_where() writes it; DETAIL: `N free` (a semaphore), `empty` (a queue)."""
+    text = "asyncio.%s `%s`" % (kind, name or "?")
+    if holder:
+        text += ", held by %s%s" % (holder, where)
+    return text + (", " + detail if detail else "")
+
+
+class AwaitsSync(Note):
+    """What parse_awaits_sync() reads: kind (`Lock`), name (`self._lock`, None if not known),
+    holder (THIS_TASK, `task NAME`, or None), how (`with` or `acquire`), file, line, func: where
+    the holder took it."""
+    __slots__ = ("kind", "name", "holder", "how", "file", "line", "func")
+
+
+def parse_awaits_sync(what):
+    """An AwaitsSync of an await chain's WHAT, or None for any other."""
+    m = _re("awaits sync").match(what or "")
+    if m is None:
+        return None
+    how = m.group("how") and ("with" if m.group("how") == "with block" else "acquire")
+    return AwaitsSync(m.group("kind"), None if m.group("name") == "?" else m.group("name"), m.group("holder"), how,
+                      m.group("file"), _int(m.group("line")), m.group("func"))
+
+
 def frame(filename, line, function):
     """`FILE:LINE in FUNC`: one frame of an await chain, a greenlet's chain, a running task's place."""
     return "%s:%d in %s" % (filename, line, function)
@@ -593,6 +624,9 @@ _PATTERNS = {
     "note line": r"^  [a-z][a-z ]*: ",
     "frame line": r"^\s*(\S.*?):(\d+) in (\S+?)(?:: (.*))?\s*$",
     "task": r"^task (\S+): (.*)$",
+    "awaits sync": r"^asyncio\.(?P<kind>\w+) `(?P<name>[^`]*)`(?:, held by (?P<holder>this task|task \S+)"
+                   r"(?:; (?P<how>with block|acquire\(\)) at (?P<file>.+?):(?P<line>\d+) in (?P<func>\S+?)"
+                   r"(?:, not released since)?)?)?(?:, |$)",
     "frame": r"^(.*):(\d+) in (\S+)$",
     "running": r"^(?P<task>\S+) \((?P<coro>[^)]*)\): (?P<file>.+):(?P<line>\d+) in (?P<func>\S+?)(?:; calls (?P<call>.+))?$",
     "callback": r"^(?P<file>.+):(?P<line>\d+) in (?P<func>\S+?)(?:; calls (?P<call>.+))?$",

@@ -5,6 +5,7 @@ addresses the loop serves, and aio.py's lines (the task a blocked loop runs, tas
 unheard); under a thread running gevent's or eventlet's hub, its waiting greenlets
 (greenlets.py); notebook cells by their In[N] names (cells.py). It only reads; it must never
 block or raise."""
+import _collections
 import sys
 import time
 
@@ -12,6 +13,7 @@ from earlylog.runtime import cells, greenlets, introspect, notes, peers, records
 from earlylog.runtime import threads as our_threads
 
 MAX_FRAMES = 40
+_DEQUE = _collections.deque
 SAMPLE = 0.2  # seconds between two CPU readings, to tell a busy thread from a blocked one
 
 
@@ -127,8 +129,10 @@ def _asyncio_lines(frame):
     serving = _serving(loop)
     out = [notes.asyncio(len(tasks), serving)]
     sockets = []
-    for task in tasks[:50]:
-        out.append(notes.task(task.get_name(), await_chain(task.get_coro(), _waiter(task))))
+    shown = [(task.get_name(), _coro_frames(task.get_coro())) for task in tasks[:50]]
+    for task, (name, frames) in zip(tasks, shown):
+        out.append(notes.task(name, await_chain(task.get_coro(), _waiter(task),
+                                                lambda obj, name=name: _task_holder(obj, name, shown))))
         sockets += _client_read(task.get_coro())
     # Under the tasks: a thread note, as a blocking socket call's own (read/process_causes.py).
     return out + found + [notes.socket_line(text) for text in sockets[:8]]
@@ -222,25 +226,90 @@ def task_chains(frame):
     return [(chain, last is not None and server_read(last)) for chain, last in aio.pending_chains(loop)]
 
 
-def await_chain(coro, waiter=None):
+def await_chain(coro, waiter=None, holder=None):
     """['main.py:10 in worker', 'main.py:20 in fetch', 'awaiting <Future pending>'], outermost first;
-    a bare Future at the end is named by waiter (`task NAME`) when that is known."""
-    chain, last = [], None
+    a bare Future at the end is named by waiter (`task NAME`) when that is known, else by the
+    asyncio lock, event, semaphore or queue it belongs to (holder(obj): who holds such a lock)."""
+    chain, frames = [], []
     while coro is not None and len(chain) < MAX_FRAMES:
         frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None) or getattr(coro, "ag_frame", None)
         if frame is None:
             if type(coro).__name__ == "FutureIter":
                 # A bare Future shows as its iterator, which says nothing more: name it by what the
-                # task waits on, or by the stream read the frame before it is in.
-                what = waiter or (notes.SERVER_READ if last is not None and server_read(last) else "a Future")
+                # task waits on, or by the stream read or asyncio primitive the frames before it are in.
+                last = frames[-1] if frames else None
+                what = waiter or (notes.SERVER_READ if last is not None and server_read(last) else
+                                  _async_sync(frames, holder) or "a Future")
             else:
                 what = _short(coro)
             chain.append("awaiting " + what)
             break
         chain.append(notes.frame(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
-        last = frame
-        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None) or getattr(coro, "ag_await", None)
+        frames.append(frame)
+        coro = _awaited(coro)
     return chain
+
+
+def _awaited(coro):
+    return getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None) or getattr(coro, "ag_await", None)
+
+
+def _coro_frames(coro):
+    """The frames of a task's await chain, outermost first."""
+    frames = []
+    while coro is not None and len(frames) < MAX_FRAMES:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None) or getattr(coro, "ag_frame", None)
+        if frame is None:
+            break
+        frames.append(frame)
+        coro = _awaited(coro)
+    return frames
+
+
+# asyncio's primitives whose waits end in a bare Future, by the file of the method a task waits in
+_ASYNC_SYNCS = {"locks.py": ("Lock", "Event", "Condition", "Semaphore", "BoundedSemaphore"),
+                "queues.py": ("Queue", "PriorityQueue", "LifoQueue")}
+
+
+def _async_sync(frames, holder):
+    """notes.awaits_sync() of the asyncio lock, event, condition, semaphore or queue whose method
+    the innermost frame waits in (its `self`), named as the code that awaits it writes it (`lock`,
+    `self.jobs`), with who holds a lock or semaphore; None for any other Future."""
+    if not frames:
+        return None
+    inner = frames[-1]
+    folder, _, base = inner.f_code.co_filename.rpartition("/")
+    if not folder.endswith("asyncio") or base not in _ASYNC_SYNCS:
+        return None
+    obj = introspect.frame_locals(inner).get("self")
+    kind = next((k for k in _ASYNC_SYNCS[base] if type(obj) is introspect.stdlib("asyncio." + base[:-3], k)), None)
+    if kind is None:
+        return None
+    user = next((f for f in reversed(frames) if not f.f_code.co_filename.rpartition("/")[0].endswith("asyncio")), None)
+    name = waits.name_of(user, obj, anywhere=True) if user is not None else None
+    who, where, detail = None, "", None
+    if kind in ("Lock", "Semaphore", "BoundedSemaphore", "Condition") and holder is not None:
+        target = introspect.field(obj, "_lock") if kind == "Condition" else obj
+        who, where = holder(target) or (None, "")
+    if kind in ("Semaphore", "BoundedSemaphore"):
+        value = introspect.field(obj, "_value")
+        detail = "%d free" % value if type(value) is int else None
+    elif kind.endswith("Queue"):
+        items = introspect.field(obj, "_queue")
+        detail = "empty" if type(items) in (list, _DEQUE) and not items else None
+    return notes.awaits_sync(kind, name, who, where, detail)
+
+
+def _task_holder(obj, me, shown):
+    """(THIS_TASK or `task NAME`, notes.held_where() text) of the task whose await chain holds obj
+    (an `async with` block or an `acquire()` not released since), this task first; else None."""
+    from earlylog.runtime import holders
+    for name, frames in sorted(shown, key=lambda pair: pair[0] != me):
+        for frame in frames:
+            for text, ids in holders.held_in(frame, depth=1):
+                if id(obj) in ids:
+                    return (notes.THIS_TASK if name == me else "task " + name), text
+    return None
 
 
 def server_read(frame):

@@ -4,7 +4,7 @@ contextlib and enum and builds its unparser: 1.3 MiB of a small process's memory
 dump on, against 0.2 MiB for `_ast`. It only parses text it is given: it never reads a file, runs
 the program's code or raises anything but SyntaxError and ValueError from parse()."""
 import _ast
-from _ast import (AST, AsyncFunctionDef, Attribute, Call, ClassDef, Constant, Expr, FunctionDef, If, Lambda,  # noqa: F401
+from _ast import (AST, AsyncFunctionDef, AsyncWith, Attribute, Call, ClassDef, Constant, Expr, FunctionDef, If, Lambda,  # noqa: F401
                   Name, Subscript, With, stmt)
 
 

@@ -90,7 +90,7 @@ def _waited(frame):
     if obj is not None:
         if kind == "lock" and not syncs.locked(obj):
             return None  # entering a free condition: it is getting it now
-        return kind, obj, _name_of(caller, obj), call
+        return kind, obj, name_of(caller, obj), call
     module_lock = _import_lock(frame)
     if module_lock is not None:
         return module_lock
@@ -196,11 +196,12 @@ def _join_lines(thread):
     return [grammar.joins(introspect.thread_name(thread, ident), ident)]
 
 
-def _name_of(frame, obj):
-    """The expression at the frame's current call that is obj (by identity), or None."""
+def name_of(frame, obj, anywhere=False):
+    """The expression at the frame's current call (any call at its line: holders.calls_at) that is
+    obj (by identity), or None."""
     if frame is None:
         return None
-    for expr, _attr, text in holders.calls_at(frame):
+    for expr, _attr, text in holders.calls_at(frame, anywhere):
         found, value = introspect.resolve(expr, frame)
         if found and value is obj:
             return text
