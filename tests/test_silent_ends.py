@@ -185,6 +185,33 @@ def test_a_program_that_execs_another_says_what_replaced_it_not_that_it_vanished
     assert proc["state"] == "failed" and proc["status"] == 5, proc
 
 
+def test_a_fork_child_that_execs_on_a_terminal_keeps_its_output_and_is_named_by_what_replaced_it(tmp_path, logdir):
+    """pty.fork's child execs at once, its stdout the terminal its parent reads as data: the exec
+    record goes to the log file only (pexpect's child closes every descriptor first: then none)."""
+    path = script(tmp_path, """
+        import os, pty
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.execv("/bin/echo", ["/bin/echo", "from child"])
+        out = b""
+        while True:
+            try:
+                chunk = os.read(fd, 1024)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        print(repr(out))
+        os.waitpid(pid, 0)
+        """, "term.py")
+    run = run_both([path], logdir)
+    assert run.out == "b'from child\\r\\n'\n", run.out
+    child = next(p for p in report_json(logdir)["processes"] if p["tag"].startswith("fork"))
+    assert child["state"] == "unknown" and child["summary"].startswith(
+        "replaced itself with `/bin/echo 'from child'` (os.execv('/bin/echo') in <module> at term.py:5)"), child
+
+
 @pytest.mark.parametrize("minor", [None, 9, 13])  # 3.13 names the stream in its words, with no object
 def test_broken_pipe_at_exit_is_status_120_and_says_the_reader_went_away(tmp_path, logdir, minor):
     exe = PYTHON if minor is None else python_3(minor)

@@ -163,8 +163,8 @@ def _exec_record(path, argv, caller):
     the program goes on: the lines after the record say so to the reader."""
     try:
         logger = state.logger
-        if logger is None or not (isinstance(path, int) or os.access(path, os.X_OK)):
-            return
+        if logger is None or not (isinstance(path, int) or os.access(path, os.X_OK)) or not logger.file_is_ours():
+            return  # a closed log: the lost-file sentence would land in the new program's output
         how, frame = "os.execv", caller
         while frame is not None and frame.f_globals.get("__name__") == "os":  # execvp -> _execvpe -> here
             how, frame = "os." + frame.f_code.co_name, frame.f_back
@@ -175,7 +175,9 @@ def _exec_record(path, argv, caller):
         from earlylog.runtime import redact, stdio
         for tee in stdio.tees():
             tee.drain()
-        logger.event("exec", records.exec_line(call, redact.command([os.fsdecode(a) for a in argv])))
+        # Into the file only: the streams are the new program's next, read as its output (pty.spawn
+        # execs in a fork child whose stdout is the terminal it reads).
+        logger.event("exec", records.exec_line(call, redact.command([os.fsdecode(a) for a in argv])), console=False)
     except BaseException:  # the exec must happen whatever happens to our record
         pass
 

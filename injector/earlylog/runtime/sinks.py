@@ -392,6 +392,14 @@ class Logger:
                 self._file_lost(exc)
         self.console.check()
 
+    def file_is_ours(self):
+        """Does the log fd still name our file? False once the program closed it (pexpect's child
+        closes every descriptor before it execs) or reused its number. Never raises or says a word."""
+        try:
+            return self.fd is not None and _identity(self.fd) == self._file_id
+        except OSError:
+            return False
+
     def _file_lost(self, exc):
         self.file_failed += 1
         if self.file_failed == 1:
