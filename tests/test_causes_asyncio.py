@@ -350,7 +350,8 @@ def test_a_task_waiting_for_an_asyncio_lock_names_who_holds_it(tmp_path, logdir)
                                   "which it already holds: it took it in step at lock_twice.py:15, and asyncio's "
                                   "locks are not reentrant, so the task waits for itself"), twice["text"]
     assert "do not take `lock` again" in twice["next"]
-    assert "asyncio.Lock `lock`, which that task holds itself" in procs["lock_twice"]["summary"]
+    assert "an asyncio task awaits asyncio.Lock `lock` there, which that task holds itself" in \
+        procs["lock_twice"]["summary"], procs["lock_twice"]["summary"]
 
     held = _cause(rep, "task-lock", procs["held_lock"]["pid"])
     assert held["text"].endswith("asyncio task Task-1 waits for asyncio.Lock `self._lock` in get at held_lock.py:14, "

@@ -95,20 +95,22 @@ def task_chains(texts):
     return [(t.name, as_frames(t.frames), t.awaiting) for t in notes.every(texts, notes.Task)]
 
 
-def awaited_words(what):
-    """What a task awaits, for a sentence: an asyncio lock, event, semaphore or queue by its name
-    and who holds it (`asyncio.Lock `lock`, which that task holds itself`); else as the dump has it."""
+def awaited_words(what, place=""):
+    """What a task awaits, for a sentence, with `place` (` there`) after the object: an asyncio
+    lock, event, semaphore or queue by its name and who holds it (`asyncio.Lock `lock` there, which
+    that task holds itself`); else as the dump has it."""
     sync = notes.parse_awaits_sync(what)
     if sync is None:
-        return what
+        return what + place if what else what
     words = "asyncio.%s `%s`" % (sync.kind, sync.name) if sync.name else "an asyncio.%s" % sync.kind
+    for detail in ("empty", "free"):
+        if what.endswith(detail):
+            words += " (%s)" % what.rpartition(", ")[2]
+    words += place
     if sync.holder == notes.THIS_TASK:
         words += ", which that task holds itself"
     elif sync.holder:
         words += ", held by %s" % sync.holder
-    for detail in ("empty", "free"):
-        if what.endswith(detail):
-            words += " (%s)" % what.rpartition(", ")[2]
     return words
 
 

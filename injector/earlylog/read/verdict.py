@@ -387,8 +387,8 @@ def _awaited(main, task=None):
         return None
     frame, what = max(leaves, key=leaves.count)
     n = leaves.count((frame, what))
-    return frame, "%s await%s %s there" % ("an asyncio task" if n == 1 else "%d asyncio tasks" % n,
-                                           "s" if n == 1 else "", awaited_words(what) or "something")
+    return frame, "%s await%s %s" % ("an asyncio task" if n == 1 else "%d asyncio tasks" % n,
+                                     "s" if n == 1 else "", awaited_words(what, " there") or "something there")
 
 
 def _span(a, b):
