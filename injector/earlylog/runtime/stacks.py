@@ -129,28 +129,22 @@ def _asyncio_lines(frame):
     serving = _serving(loop)
     out = [notes.asyncio(len(tasks), serving)]
     sockets = []
-    shown = [(task.get_name(), _coro_frames(task.get_coro())) for task in tasks[:50]]
-    for task, (name, frames) in zip(tasks, shown):
-        out.append(notes.task(name, await_chain(task.get_coro(), _waiter(task),
+    walks = [(task.get_name(), _walk(task.get_coro())) for task in tasks[:50]]
+    shown = [(name, frames) for name, (frames, _end) in walks]
+    for task, (name, (frames, end)) in zip(tasks, walks):
+        out.append(notes.task(name, await_chain(frames, end, _waiter(task),
                                                 lambda obj, name=name: _task_holder(obj, name, shown))))
-        sockets += _client_read(task.get_coro())
+        sockets += _client_read(frames)
     # Under the tasks: a thread note, as a blocking socket call's own (read/process_causes.py).
     return out + found + [notes.socket_line(text) for text in sockets[:8]]
 
 
-def _client_read(coro):
-    """The `socket:` line of a task awaiting a reply on a client connection (a stream read on a
-    transport no server accepted), ending `; awaited in FUNC at FILE:LINE`, the task's own
-    innermost frame; [] for anything else."""
-    user = last = None
-    while coro is not None:
-        frame = getattr(coro, "cr_frame", None)
-        if frame is None:
-            break
-        last = frame
-        if "/asyncio/" not in frame.f_code.co_filename:
-            user = frame
-        coro = getattr(coro, "cr_await", None)
+def _client_read(frames):
+    """The `socket:` line of a task (the frames of its await chain) awaiting a reply on a client
+    connection (a stream read on a transport no server accepted), ending `; awaited in FUNC at
+    FILE:LINE`, the task's own innermost frame; [] for anything else."""
+    last = frames[-1] if frames else None
+    user = next((f for f in reversed(frames) if "/asyncio/" not in f.f_code.co_filename), None)
     streams = sys.modules.get("asyncio.streams")
     if last is None or user is None or streams is None or last.f_code.co_filename != streams.__file__:
         return []
@@ -226,44 +220,34 @@ def task_chains(frame):
     return [(chain, last is not None and server_read(last)) for chain, last in aio.pending_chains(loop)]
 
 
-def await_chain(coro, waiter=None, holder=None):
-    """['main.py:10 in worker', 'main.py:20 in fetch', 'awaiting <Future pending>'], outermost first;
-    a bare Future at the end is named by waiter (`task NAME`) when that is known, else by the
-    asyncio lock, event, semaphore or queue it belongs to (holder(obj): who holds such a lock)."""
-    chain, frames = [], []
-    while coro is not None and len(chain) < MAX_FRAMES:
-        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None) or getattr(coro, "ag_frame", None)
-        if frame is None:
-            if type(coro).__name__ == "FutureIter":
-                # A bare Future shows as its iterator, which says nothing more: name it by what the
-                # task waits on, or by the stream read or asyncio primitive the frames before it are in.
-                last = frames[-1] if frames else None
-                what = waiter or (notes.SERVER_READ if last is not None and server_read(last) else
-                                  _async_sync(frames, holder) or "a Future")
-            else:
-                what = _short(coro)
-            chain.append("awaiting " + what)
-            break
-        chain.append(notes.frame(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
-        frames.append(frame)
-        coro = _awaited(coro)
-    return chain
-
-
-def _awaited(coro):
-    return getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None) or getattr(coro, "ag_await", None)
-
-
-def _coro_frames(coro):
-    """The frames of a task's await chain, outermost first."""
+def _walk(coro):
+    """(the frames of a coroutine's await chain, outermost first; what its innermost one awaits
+    that has no frame, a Future's iterator say, or None)."""
     frames = []
     while coro is not None and len(frames) < MAX_FRAMES:
         frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None) or getattr(coro, "ag_frame", None)
         if frame is None:
-            break
+            return frames, coro
         frames.append(frame)
-        coro = _awaited(coro)
-    return frames
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None) or getattr(coro, "ag_await", None)
+    return frames, None
+
+
+def await_chain(frames, end, waiter=None, holder=None):
+    """['main.py:10 in worker', 'main.py:20 in fetch', 'awaiting <Future pending>'], outermost first,
+    of a task's await chain as _walk() reads it; a bare Future at the end is named by waiter (`task
+    NAME`) when that is known, else by the stream read or the asyncio lock, event, semaphore or
+    queue the frames before it are in (holder(obj): who holds such a lock)."""
+    chain = [notes.frame(f.f_code.co_filename, f.f_lineno, f.f_code.co_name) for f in frames]
+    if end is not None:
+        if type(end).__name__ == "FutureIter":  # a bare Future's iterator, which says nothing more
+            last = frames[-1] if frames else None
+            what = waiter or (notes.SERVER_READ if last is not None and server_read(last) else
+                              _async_sync(frames, holder) or "a Future")
+        else:
+            what = _short(end)
+        chain.append("awaiting " + what)
+    return chain
 
 
 # asyncio's primitives whose waits end in a bare Future, by the file of the method a task waits in
