@@ -620,6 +620,92 @@ def test_a_run_stopped_at_its_time_limit_tells_the_hung_child_first(tmp_path, lo
     assert told.index(waited) < told.index(stopped["text"]), rep["verdict"]
 
 
+def test_a_run_stopped_while_its_child_computes_says_the_child_was_computing_not_stalled(tmp_path, logdir):
+    proc = start([script(tmp_path, """
+        import multiprocessing as mp
+        def work(q):
+            while True:
+                pass
+        if __name__ == "__main__":
+            q = mp.Queue()
+            mp.Process(target=work, args=(q,)).start()
+            print(q.get())
+        """, "slow.py")], logdir, **QUIET)
+    try:
+        wait_for(lambda: sum("dump: stall" in read(f) for f in log_files(logdir)) >= 2)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=TIMEOUT)
+    rep = report_json(logdir)
+    child = next(p for p in rep["processes"] if p["pid"] != proc.pid)
+    line = re.compile(r"pid %d \(slow\) had waited in queues.get for child %d \(fork<slow\), which was still "
+                      r"computing in work at slow.py:[45] when they ended$" % (proc.pid, child["pid"]))
+    assert any(line.match(told) for told in rep["verdict"]), rep["verdict"]
+
+
+STRANDED = {
+    "results": """
+        import queue, threading
+        jobs, results = queue.Queue(maxsize=1), queue.Queue()
+        def worker():
+            while True:
+                results.put(jobs.get() * 2)
+        threading.Thread(target=worker, name="worker", daemon=True).start()
+        for i in range(3):
+            jobs.put(i)
+        print(sum(results.get() for _ in range(4)))  # four results asked for, three jobs sent
+        """,
+    "lost_notify": """
+        import queue, threading, time
+        cv, jobs = threading.Condition(), queue.Queue()
+        def loader():
+            with cv:
+                cv.notify()  # the data is ready, said before anyone listens: lost
+        threading.Thread(target=lambda: print(jobs.get()), name="worker").start()
+        threading.Thread(target=loader, name="loader").start()
+        time.sleep(0.2)
+        with cv:
+            cv.wait()
+        jobs.put("go")
+        """,
+    # No cause: a producer that sleeps between puts, an Event a SIGTERM handler sets.
+    "slow_producer": """
+        import queue, threading, time
+        items = queue.Queue()
+        def produce():
+            while True:
+                time.sleep(60)
+                items.put(1)
+        threading.Thread(target=produce, name="producer", daemon=True).start()
+        print(items.get())
+        """,
+    "stop_on_signal": """
+        import signal, threading
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *args: stop.set())
+        threading.Thread(target=stop.wait, name="helper", daemon=True).start()
+        stop.wait()
+        """,
+}
+
+
+def test_threads_that_all_wait_on_each_other_are_stranded_and_a_sleeping_producer_is_not(tmp_path, logdir):
+    procs = {name: start([script(tmp_path, code, name + ".py")], logdir / name, **QUIET)
+             for name, code in STRANDED.items()}
+    reps = {name: stalled_report(logdir / name, proc)[0] for name, proc in procs.items()}
+    cause = only(reps["results"], "stranded")
+    assert cause["text"].endswith("every thread waits for another, and none is left to wake them: thread MainThread "
+                                  "waits for an item from queue `results` in <genexpr> at results.py:10; thread "
+                                  "worker waits for an item from queue `jobs` in worker at results.py:6"), cause["text"]
+    assert "put into queue `jobs` or put into queue `results`" in cause["next"] and "queue.get(timeout=...)" in cause["next"]
+    notify = only(reps["lost_notify"], "stranded")
+    assert "thread MainThread waits for a notify on condition `cv` in <module> at lost_notify.py:11; thread worker " \
+           "waits for an item from queue `jobs` in <lambda> at lost_notify.py:7" in notify["text"], notify["text"]
+    assert "cv.wait_for(lambda: ready)" in notify["next"]
+    for quiet in ("slow_producer", "stop_on_signal"):
+        assert reps[quiet]["causes"] == [], (quiet, reps[quiet]["causes"])
+
+
 def test_the_rank_that_failed_first_is_named_before_the_ranks_its_failure_took_down(tmp_path, logdir):
     res = run_python([script(tmp_path, """
         import os, subprocess, sys

@@ -91,17 +91,22 @@ FINDERS = (
         "The main code ended and a non-daemon thread runs on: stop it or make it daemon=True.")),
     Finder(thread_causes.deaths, "stall", Kind(
         "thread-died", THREAD, "dead thread",
-        "A thread died with an exception while others wait for its work: read its traceback."), Kind(
+        "A thread died with an exception while others wait for its work: read its traceback.",
+        supersedes=["stranded"]), Kind(
         "thread-exit", THREAD, "sys.exit() in a thread",
         "A thread called sys.exit(), which ends only that thread, silently, while the main thread waits for its "
-        "work: tell the main thread and exit there.")),
+        "work: tell the main thread and exit there.", supersedes=["stranded"])),
     Finder(thread_causes.unmarked, "stall", Kind(
         "task-done", THREAD, "task_done() missing",
         "A thread waits in Queue.join() for unfinished items of an empty queue while its consumers wait for more: "
-        "an item was got without task_done().")),
+        "an item was got without task_done().", supersedes=["stranded"])),
     Finder(thread_causes.unset, "stall", Kind(
         "future-unset", THREAD, "future nobody sets",
         "A thread waits in result() for a Future no executor runs: only its set_result() can end the wait.")),
+    Finder(thread_causes.stranded, "stall", Kind(
+        "stranded", THREAD, "nothing left to wake the threads",
+        "Every thread waits for another (a queue, an event, a condition, a barrier, a join) and none runs, sleeps "
+        "or waits outside the process: nothing is left to wake them.", supersedes=["join"])),
     Finder(thread_causes.hub, "stall", Kind(
         "greenlet", THREAD, "greenlet waits",
         "In a gevent program, the greenlet that waits (on a lock another greenlet holds, an Event nothing sets, a "

@@ -43,6 +43,10 @@ class _Thread:
         handler = notes.first(raw.notes, notes.InSignalHandler)
         self.handler = handler.text if handler else None
         self.holders = [h.asdict() for h in notes.every(raw.notes, notes.HeldBy)]
+        # A signal handler of the program's could wake it: one that sets the Event it waits on, or
+        # any handler the main thread's notes list.
+        self.wakeable = notes.first(raw.notes, notes.SetBy) is not None or \
+            notes.first(raw.notes, notes.Handles) is not None
 
     @property
     def busy(self):
@@ -141,6 +145,10 @@ def unmarked(s):
 
 def unset(s):
     return _unset(s.d, s.threads)
+
+
+def stranded(s):
+    return _stranded(s.d, s.threads)
 
 
 def hub(s):
@@ -435,6 +443,46 @@ def _unset(d, threads):
         "registered, a request never sent), and give result() a timeout so a lost reply becomes an error",
         [d["pid"]], [t.name]) for t in threads
         if t.wait and t.wait["kind"] == "future" and t.wait["detail"] == "not started" and not t.busy]
+
+
+# What a thread can wait on that only another thread of its process ends (a queue.Queue, a
+# threading Event, Condition or Barrier; a multiprocessing queue waits on a pipe or a lock instead).
+_IN_PROCESS = ("queue", "event", "condition", "barrier")
+
+
+def _stranded(d, threads):
+    """Every thread of the program waits for another (an item from a queue or room in one, a
+    notify, an event, the rest of a barrier's parties, a join), two or more on such objects (one, and
+    the threads joining it, is the join cause's chain), and none computes, sleeps, polls
+    with a timeout or waits outside the process: nothing is left to wake them. Not told where a
+    signal handler of the program's could (a handler setting the Event, any handler installed), nor
+    for a process idle by its stacks."""
+    mine = [t for t in threads if not t.name.startswith("earlylog")]
+    waiting = [t for t in mine if t.wait and t.wait["kind"] in _IN_PROCESS and t.wait["detail"] != "join"]
+    joining = [t for t in mine if t.joins and not t.wait]
+    if d["idle"] or len(waiting) < 2 or len(waiting) + len(joining) != len(mine) or \
+            any(t.busy or t.sleeping or t.wakeable for t in mine):
+        return []
+    mine.sort(key=lambda t: not t.main)
+    each = "; ".join("thread %s %s" % (t.name, "waits in join for thread %s" % t.joins["name"] if t in joining else
+                                       "waits for %s in %s" % (_waiting_on(t.wait), t.where())) for t in mine[:4])
+    more = " (and %d more)" % (len(mine) - 4) if len(mine) > 4 else ""
+    kinds = {t.wait["kind"] for t in waiting}
+    step = "a notify() that came before the wait began is lost: wait for the state itself, `cv.wait_for(lambda: " \
+           "ready)`; " if "condition" in kinds else ""
+    step += "find the thread meant to %s (%s), and give the wait a timeout (%s) so that a lost wake-up becomes " \
+            "an error" % (" or ".join(sorted({_wakes(t.wait) for t in waiting})),
+                          "one that ended early, a sentinel never sent, fewer items put than got" if "queue" in kinds
+                          else "one that ended early or never started", _timed(waiting[0]))
+    return [Cause("stranded", "%s: every thread waits for another, and none is left to wake them: %s%s" % (
+        label(d), each, more), step, [d["pid"]], [t.name for t in mine])]
+
+
+def _wakes(wait):
+    """What the thread that was to wake this wait does: `put into queue `results``."""
+    return {"queue": ("get from %s" if wait["detail"] == "put" else "put into %s") % _what(wait),
+            "event": "set %s" % _what(wait), "condition": "notify %s" % _what(wait),
+            "barrier": "reach %s" % _what(wait)}[wait["kind"]]
 
 
 def _timed(t):

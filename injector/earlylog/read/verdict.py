@@ -944,6 +944,8 @@ def _parents(story):
                 else "ended (%s)" % kid["summary"]
         elif kid["kernel_state"]:
             what = "is still stalled in %s" % where(frame_tuple(kid["where"]))  # an orphan: a cause of its own
+        elif busy(kid["stall"]["text"]):  # a slow child, not a stuck one: the run ran out of time
+            what = "was still computing in %s when they ended" % where(frame_tuple(kid["where"]))
         else:
             what = "had stalled in %s when they ended" % where(frame_tuple(kid["where"]))
         lines.append("pid %d (%s) %s%s for child %d (%s), which %s" % (
