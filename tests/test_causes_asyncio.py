@@ -365,3 +365,34 @@ def test_a_task_waiting_for_an_asyncio_lock_names_who_holds_it(tmp_path, logdir)
 
     assert not [c for c in rep["causes"] if procs["throttled"]["pid"] in c["pids"]], rep["causes"]
     assert "which it already holds" in text
+
+
+UNMARKED = """
+    import asyncio
+
+    async def worker(q):
+        while True:
+            item = await q.get()
+            if item % 5 == 0:
+                continue  # skipped without task_done()
+            q.task_done()
+
+    async def main():
+        q = asyncio.Queue()
+        asyncio.create_task(worker(q))
+        for i in range(1, 11):
+            q.put_nowait(i)
+        await q.join()
+
+    asyncio.run(main())
+    """
+
+
+def test_an_asyncio_queue_join_whose_consumer_skipped_task_done_names_the_missing_call(tmp_path, logdir):
+    rep, _text, procs = _run(tmp_path, logdir, ["unmarked"], programs={"unmarked": UNMARKED})
+    cause = _cause(rep, "task-done", procs["unmarked"]["pid"])
+    assert cause["text"].endswith("asyncio task Task-1 awaits join() in main at unmarked.py:16 for 2 unfinished items "
+                                  "of asyncio.Queue `q`, which is empty; its consumer task Task-2 awaits get() for "
+                                  "more (worker at unmarked.py:6): an item was got without task_done(), so join() "
+                                  "never returns"), cause["text"]
+    assert "finally:" in cause["next"]

@@ -108,13 +108,15 @@ def test_what_a_task_awaits_of_asyncio_s_own_primitives():
     where = notes.held_where("with", "/app/a.py", 7, "outer")
     for what, value in [
             (notes.awaits_sync("Lock", "lock", notes.THIS_TASK, where),
-             notes.AwaitsSync("Lock", "lock", notes.THIS_TASK, "with", "/app/a.py", 7, "outer")),
+             notes.AwaitsSync("Lock", "lock", notes.THIS_TASK, "with", "/app/a.py", 7, "outer", None, None)),
             (notes.awaits_sync("Lock", "self._lock", "task Task-3", notes.held_where("acquire", "/app/b.py", 9, "f")),
-             notes.AwaitsSync("Lock", "self._lock", "task Task-3", "acquire", "/app/b.py", 9, "f")),
+             notes.AwaitsSync("Lock", "self._lock", "task Task-3", "acquire", "/app/b.py", 9, "f", None, None)),
             (notes.awaits_sync("Queue", "jobs", detail="empty"),
-             notes.AwaitsSync("Queue", "jobs", None, None, None, None, None)),
+             notes.AwaitsSync("Queue", "jobs", None, None, None, None, None, "empty", None)),
+            (notes.awaits_sync("Queue", "q", detail="join, 2 unfinished, 0 queued"),
+             notes.AwaitsSync("Queue", "q", None, None, None, None, None, "join, 2 unfinished, 0 queued", 2)),
             (notes.awaits_sync("Semaphore", None, "task Task-4", where, "0 free"),
-             notes.AwaitsSync("Semaphore", None, "task Task-4", "with", "/app/a.py", 7, "outer"))]:
+             notes.AwaitsSync("Semaphore", None, "task Task-4", "with", "/app/a.py", 7, "outer", "0 free", None))]:
         assert notes.parse_awaits_sync(what) == value, what
         # In a task line, read back whole: the chain's last part.
         line = notes.task("Task-1", ["/app/a.py:4 in inner", "awaiting " + what])

@@ -1,7 +1,8 @@
 """asyncio causes (see causes.py): an event loop blocked by a synchronous call inside a coroutine
 (`loop-blocked`: while `time.sleep`, a blocking socket read or a lock's acquire() runs in one
 task, no other task runs), a task waiting for an asyncio lock that it holds itself or that a task
-waiting for something else holds (`task-lock`), and a task that died with an exception nobody retrieved while other
+waiting for something else holds (`task-lock`), a task in Queue.join() for items got without
+task_done() (`task-done`, as for threads), and a task that died with an exception nobody retrieved while other
 tasks wait for what it would have produced (`task-died`: the producer raised, the consumer awaits
 queue.get() for ever). Read from the notes runtime/aio.py writes under a loop's thread (`running
 task:`, `dead task:`) and from asyncio's own "Task exception was never retrieved" report on
@@ -31,7 +32,7 @@ def find(report, folder):
             continue
         for t in p.stall.threads:
             out += _blocked(d, t)
-            out += [] if d["idle"] else _held_locks(d, t)
+            out += [] if d["idle"] else _held_locks(d, t) + _unmarked(d, t)
         out += [_died(d, death, waiters) for death, waiters in orphaned(p)]
     return out
 
@@ -79,6 +80,30 @@ def _held_locks(d, t):
             "task-lock", "%s: %s, held by task %s since %s, which itself waits for %s%s" % (
                 label(d), waiter, holder, taken, what, _at(frames.user_frame(held_chain))),
             step, [d["pid"]], [t.name]))
+    return out
+
+
+def _unmarked(d, t):
+    """A task awaits Queue.join() on an empty asyncio queue with unfinished items while its consumers
+    await get() for more: an item was got without task_done() (the thread version: thread_causes)."""
+    chains = [(name, chain, notes.parse_awaits_sync(awaiting)) for name, chain, awaiting in frames.task_chains(t.notes)]
+    out = []
+    for name, chain, sync in chains:
+        if sync is None or not sync.unfinished or not sync.detail.endswith(", 0 queued"):
+            continue
+        getters = [(other, frames.user_frame(c)) for other, c, s in chains
+                   if s is not None and s.kind == sync.kind and s.name == sync.name and s.detail == "empty"]
+        what = "asyncio.%s `%s`" % (sync.kind, sync.name) if sync.name else "an asyncio.%s" % sync.kind
+        consumers = "; its consumer task%s %s await%s get() for more (%s)" % (
+            "" if len(getters) == 1 else "s", ", ".join(g for g, _f in getters[:3]), "s" if len(getters) == 1 else "",
+            ", ".join(_at(f)[len(" in "):] for _g, f in getters[:3])) if getters else ""
+        out.append(Cause(
+            "task-done", "%s: asyncio task %s awaits join()%s for %d unfinished item%s of %s, which is empty%s: an "
+            "item was got without task_done(), so join() never returns" % (
+                label(d), name, _at(frames.user_frame(chain)), sync.unfinished,
+                "" if sync.unfinished == 1 else "s", what, consumers),
+            "call task_done() once for every get(), in a `finally:` so that an exception or a `continue` cannot "
+            "skip it", [d["pid"]], [t.name]))
     return out
 
 

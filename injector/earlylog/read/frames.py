@@ -103,9 +103,8 @@ def awaited_words(what, place=""):
     if sync is None:
         return what + place if what else what
     words = "asyncio.%s `%s`" % (sync.kind, sync.name) if sync.name else "an asyncio.%s" % sync.kind
-    for detail in ("empty", "free"):
-        if what.endswith(detail):
-            words += " (%s)" % what.rpartition(", ")[2]
+    if sync.detail:
+        words += " (%s)" % sync.detail
     words += place
     if sync.holder == notes.THIS_TASK:
         words += ", which that task holds itself"

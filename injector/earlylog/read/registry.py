@@ -98,8 +98,8 @@ FINDERS = (
         "work: tell the main thread and exit there.", supersedes=["stranded"])),
     Finder(thread_causes.unmarked, "stall", Kind(
         "task-done", THREAD, "task_done() missing",
-        "A thread waits in Queue.join() for unfinished items of an empty queue while its consumers wait for more: "
-        "an item was got without task_done().", supersedes=["stranded"])),
+        "A thread (or an asyncio task) waits in Queue.join() for unfinished items of an empty queue while its "
+        "consumers wait for more: an item was got without task_done().", supersedes=["stranded"])),
     Finder(thread_causes.unset, "stall", Kind(
         "future-unset", THREAD, "future nobody sets",
         "A thread waits in result() for a Future no executor runs: only its set_result() can end the wait.")),
@@ -132,7 +132,7 @@ FINDERS = (
         "task-lock", THREAD, "asyncio lock held",
         "An asyncio task waits for an asyncio.Lock that it holds itself, which never ends since "
         "asyncio's locks are not reentrant, or that another task holds while waiting for something else.")
-        , Kind(
+        , "task-done", Kind(
         "task-died", THREAD, "dead task",
         "An asyncio task died with an exception nobody retrieved while another task waits for what it would have "
         "produced: fix the error, and await the task.")),

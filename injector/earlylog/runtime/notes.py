@@ -327,7 +327,8 @@ THIS_TASK = "this task"
 def awaits_sync(kind, name, holder=None, where="", detail=None):
     """An await chain's WHAT when its bare Future is asyncio's own lock, event, condition, semaphore
     or queue: `asyncio.Lock `lock`[, held by this task|task NAME[WHERE]][, DETAIL]`; WHERE as
-    held_where() writes it; DETAIL: `N free` (a semaphore), `empty` (a queue)."""
+    held_where() writes it; DETAIL: `N free` (a semaphore), `empty`, `full` or `join, N unfinished,
+    M queued` (a queue)."""
     text = "asyncio.%s `%s`" % (kind, name or "?")
     if holder:
         text += ", held by %s%s" % (holder, where)
@@ -337,8 +338,8 @@ def awaits_sync(kind, name, holder=None, where="", detail=None):
 class AwaitsSync(Note):
     """What parse_awaits_sync() reads: kind (`Lock`), name (`self._lock`, None if not known),
     holder (THIS_TASK, `task NAME`, or None), how (`with` or `acquire`), file, line, func: where
-    the holder took it."""
-    __slots__ = ("kind", "name", "holder", "how", "file", "line", "func")
+    the holder took it; detail (`empty`, `0 free`, ...) or None; unfinished, a Queue.join's count."""
+    __slots__ = ("kind", "name", "holder", "how", "file", "line", "func", "detail", "unfinished")
 
 
 def parse_awaits_sync(what):
@@ -348,7 +349,8 @@ def parse_awaits_sync(what):
         return None
     how = m.group("how") and ("with" if m.group("how") == "with block" else "acquire")
     return AwaitsSync(m.group("kind"), None if m.group("name") == "?" else m.group("name"), m.group("holder"), how,
-                      m.group("file"), _int(m.group("line")), m.group("func"))
+                      m.group("file"), _int(m.group("line")), m.group("func"), m.group("detail"),
+                      _int(m.group("unfinished")))
 
 
 def frame(filename, line, function):
@@ -626,7 +628,7 @@ _PATTERNS = {
     "task": r"^task (\S+): (.*)$",
     "awaits sync": r"^asyncio\.(?P<kind>\w+) `(?P<name>[^`]*)`(?:, held by (?P<holder>this task|task \S+)"
                    r"(?:; (?P<how>with block|acquire\(\)) at (?P<file>.+?):(?P<line>\d+) in (?P<func>\S+?)"
-                   r"(?:, not released since)?)?)?(?:, |$)",
+                   r"(?:, not released since)?)?)?(?:, (?P<detail>(?:join, (?P<unfinished>\d+) unfinished, \d+ queued|.+)))?$",
     "frame": r"^(.*):(\d+) in (\S+)$",
     "running": r"^(?P<task>\S+) \((?P<coro>[^)]*)\): (?P<file>.+):(?P<line>\d+) in (?P<func>\S+?)(?:; calls (?P<call>.+))?$",
     "callback": r"^(?P<file>.+):(?P<line>\d+) in (?P<func>\S+?)(?:; calls (?P<call>.+))?$",

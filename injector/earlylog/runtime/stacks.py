@@ -257,19 +257,23 @@ _ASYNC_SYNCS = {"locks.py": ("Lock", "Event", "Condition", "Semaphore", "Bounded
 
 def _async_sync(frames, holder):
     """notes.awaits_sync() of the asyncio lock, event, condition, semaphore or queue whose method
-    the innermost frame waits in (its `self`), named as the code that awaits it writes it (`lock`,
-    `self.jobs`), with who holds a lock or semaphore; None for any other Future."""
-    if not frames:
+    the innermost frames wait in (its `self`; the outermost of them: Queue.join waits in an Event's
+    wait), named as the code that awaits it writes it (`lock`, `self.jobs`), with who holds a lock
+    or semaphore; None for any other Future."""
+    found = None
+    for i in range(len(frames) - 1, -1, -1):
+        folder, _, base = frames[i].f_code.co_filename.rpartition("/")
+        if not folder.endswith("asyncio"):
+            break
+        obj = introspect.frame_locals(frames[i]).get("self") if base in _ASYNC_SYNCS else None
+        kind = next((k for k in _ASYNC_SYNCS.get(base, ()) if type(obj) is introspect.stdlib("asyncio." + base[:-3], k)),
+                    None)
+        if kind is not None:
+            found = i, obj, kind
+    if found is None:
         return None
-    inner = frames[-1]
-    folder, _, base = inner.f_code.co_filename.rpartition("/")
-    if not folder.endswith("asyncio") or base not in _ASYNC_SYNCS:
-        return None
-    obj = introspect.frame_locals(inner).get("self")
-    kind = next((k for k in _ASYNC_SYNCS[base] if type(obj) is introspect.stdlib("asyncio." + base[:-3], k)), None)
-    if kind is None:
-        return None
-    user = next((f for f in reversed(frames) if not f.f_code.co_filename.rpartition("/")[0].endswith("asyncio")), None)
+    i, obj, kind = found
+    user = frames[i - 1] if i else None
     name = waits.name_of(user, obj, anywhere=True) if user is not None else None
     who, where, detail = None, "", None
     if kind in ("Lock", "Semaphore", "BoundedSemaphore", "Condition") and holder is not None:
@@ -279,9 +283,19 @@ def _async_sync(frames, holder):
         value = introspect.field(obj, "_value")
         detail = "%d free" % value if type(value) is int else None
     elif kind.endswith("Queue"):
-        items = introspect.field(obj, "_queue")
-        detail = "empty" if type(items) in (list, _DEQUE) and not items else None
+        detail = _queue_detail(obj, frames[i].f_code.co_name)
     return notes.awaits_sync(kind, name, who, where, detail)
+
+
+def _queue_detail(queue, method):
+    """`empty` (a get), `full` (a put), `join, 2 unfinished, 0 queued`: an asyncio Queue's wait, read
+    from its fields (a deque or list: len() runs no program code)."""
+    items, unfinished = introspect.field(queue, "_queue"), introspect.field(queue, "_unfinished_tasks")
+    if type(items) not in (list, _DEQUE):
+        return None
+    if method == "join" and type(unfinished) is int:
+        return "join, %d unfinished, %d queued" % (unfinished, len(items))
+    return {"get": "empty" if not items else None, "put": "full"}.get(method)
 
 
 def _task_holder(obj, me, shown):
