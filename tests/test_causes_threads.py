@@ -266,6 +266,25 @@ def test_finished_program_kept_alive_by_a_non_daemon_thread_says_so(tmp_path, lo
     leads(res, cause)
 
 
+def test_a_finished_program_waiting_at_exit_for_its_thread_pool_s_stuck_task_says_so(tmp_path, logdir):
+    proc = start([script(tmp_path, """
+        import threading
+        from concurrent.futures import ThreadPoolExecutor
+        never = threading.Event()
+        pool = ThreadPoolExecutor(max_workers=2)
+        pool.submit(never.wait)
+        print("main code done")
+        """, "pool.py")], logdir, **QUIET)
+    rep, res = stalled_report(logdir, proc)
+    cause = only(rep, "shutdown")
+    assert [c["kind"] for c in rep["causes"]] == ["shutdown"], rep["causes"]  # not also Python's own join
+    assert "the program's main code has finished, but at exit Python waits for the running task of a " \
+           "ThreadPoolExecutor: thread ThreadPoolExecutor-0_0 waits for an unnamed event in wait at threading.py:" \
+           in cause["text"], cause["text"]
+    assert "cancel_futures=True" in cause["next"]
+    leads(res, cause)
+
+
 def test_worker_thread_that_died_is_the_reason_the_main_thread_waits(tmp_path, logdir):
     proc = start([script(tmp_path, """
         import queue, threading

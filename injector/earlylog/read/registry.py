@@ -88,7 +88,8 @@ FINDERS = (
         "A thread waits in join() for thread X, which is stuck where shown: fix X.")),
     Finder(thread_causes.shutdown, "stall", Kind(
         "shutdown", THREAD, "program finished, a thread keeps it alive",
-        "The main code ended and a non-daemon thread runs on: stop it or make it daemon=True.")),
+        "The main code ended and a non-daemon thread runs on (or a ThreadPoolExecutor's task, which Python waits "
+        "for at exit): stop it or make it daemon=True.")),
     Finder(thread_causes.deaths, "stall", Kind(
         "thread-died", THREAD, "dead thread",
         "A thread died with an exception while others wait for its work: read its traceback.",

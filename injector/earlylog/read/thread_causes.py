@@ -306,6 +306,8 @@ def _join(d, t, by_ident, in_cycle):
     target = by_ident.get(t.joins["ident"])
     if target is None or target.busy or target.sleeping or target.serving:
         return []  # it ended, computes, idles in a sleep loop or serves: joining it is waiting, not stuck
+    if t.main and _exiting(t):
+        return []  # Python's own join at exit: the shutdown cause tells it
     if target.ident in in_cycle:
         now, step = "which is in the deadlock above", "end the deadlock above"
     else:
@@ -347,14 +349,22 @@ def _starved(d, threads):
 
 def _shutdown(d, threads):
     """The main thread in threading._shutdown: the program's code is done; non-daemon threads keep
-    the process alive."""
+    the process alive, or (from the atexit hook threading runs there) a ThreadPoolExecutor's
+    running tasks, which Python waits for at exit."""
     main = next((t for t in threads if t.main), None)
-    top = main.frames[0] if main and main.frames else None
-    if top is None or top.function != "_shutdown" or os.path.basename(top.file) != "threading.py":
+    if main is None or not _exiting(main):
         return []
     keep = [t for t in threads if not t.main and t.daemon is False]
     if not keep:
         return []
+    if any(f.function == "_python_exit" and f.file.endswith(_POOL_FILE) for f in main.frames):
+        tasks = "; ".join("thread %s %s" % (t.name, t.now()[len("itself "):] if t.wait else t.now()) for t in keep[:3])
+        return [Cause("shutdown", "%s: the program's main code has finished, but at exit Python waits for the "
+                                  "running task%s of a ThreadPoolExecutor: %s" % (
+                                      label(d), "" if len(keep) == 1 else "s", tasks),
+                      "make the task return (a timeout on its wait, an Event it checks): an executor's running "
+                      "tasks are waited for at exit, and `shutdown(cancel_futures=True)` drops only those not yet "
+                      "started", [d["pid"]], [t.name for t in keep])]
     names = ", ".join("thread " + t.name for t in keep[:3]) + (" and %d more" % (len(keep) - 3) if keep[3:] else "")
     where = "; ".join("%s is in %s%s" % (t.name, t.where(), " (%s)" % t.doing() if t.doing() else "")
                       for t in keep[:3])
@@ -362,6 +372,11 @@ def _shutdown(d, threads):
                               "alive: %s" % (label(d), names, "s" if len(keep) == 1 else "", where),
                   "create %s with daemon=True, or make %s stop (e.g. an Event it checks) before the main code "
                   "ends" % (names, "it" if len(keep) == 1 else "them"), [d["pid"]], [t.name for t in keep])]
+
+
+def _exiting(t):
+    """Is the thread in threading._shutdown (the main thread after the program's code ended)?"""
+    return any(f.function == "_shutdown" and os.path.basename(f.file) == "threading.py" for f in t.frames)
 
 
 def _deaths(d, p, threads):
