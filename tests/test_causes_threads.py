@@ -433,6 +433,35 @@ def test_a_lock_held_by_another_thread_at_fork_is_named_in_the_child(tmp_path, l
     leads(res, cause)
 
 
+def test_a_child_forked_after_torch_computed_is_named_with_the_parent_s_native_threads(tmp_path, logdir):
+    """torch's OpenMP pool starts at the parent's first matmul; a child forked then copies the pool's
+    locks without its threads, and its own first matmul waits for them forever (0% CPU)."""
+    pytest.importorskip("torch")
+    proc = start([script(tmp_path, """
+        import multiprocessing as mp
+        import torch
+        torch.set_num_threads(2)
+        warm = torch.randn(1500, 1500) @ torch.randn(1500, 1500)
+        def embed():
+            print(float((torch.randn(1500, 1500) @ torch.randn(1500, 1500)).sum()))
+        if __name__ == "__main__":
+            child = mp.get_context("fork").Process(target=embed)
+            child.start()
+            child.join()
+        """, "embed.py")], logdir, **QUIET)
+    rep, res = stalled_report(logdir, proc, dumps=3)
+    parent = read(next(f for f in log_files(logdir) if "-%d-" % proc.pid in f))
+    assert re.search(r"fork: fork\(\) while \d+ threads? with no Python stack runs? \(a native pool", parent), parent
+    (child,) = [p for p in rep["processes"] if p["ppid"] == proc.pid]
+    cause = only(rep, "fork-lock")
+    assert cause["pids"] == [child["pid"], proc.pid] and cause["threads"] == ["MainThread"]
+    assert re.search(r"thread MainThread is blocked on a lock inside native code in embed at embed.py:7, which no "
+                     r"thread of this process can release: it was made by fork\(\) from pid %d while \d+ threads? "
+                     r"with no Python stack ran there" % proc.pid, cause["text"]), cause["text"]
+    assert "'spawn'" in cause["next"] and "OMP_NUM_THREADS=1" in cause["next"]
+    leads(res, cause)
+
+
 def test_a_child_of_os_fork_is_read_by_its_own_kernel_thread(tmp_path, logdir):
     # threading keeps the parent's native_id for the main thread of a child of os.fork() (3.11):
     # the dump must read the child's own thread, whose kernel state says what it waits on.

@@ -332,6 +332,11 @@ def test_watchdog_lines():
     assert records.parse_fork_threads(records.fork_threads(["prefetcher"])) == (1, "prefetcher")
     assert records.parse_fork_threads(records.fork_threads(["a", "b"])) == (2, "a, b")
     assert records.fork_threads(["a", "b"]).startswith("fork() while 2 other threads run (a, b): ")
+    # Threads with no Python stack (a native pool) are counted, beside the named ones or alone.
+    for names, native in [(["a"], 3), ([], 1), ([], 2), (["a", "b"], 0)]:
+        line = records.fork_threads(names, native)
+        assert records.parse_fork_threads(line) == ((len(names), ", ".join(names)) if names else None), line
+        assert records.parse_fork_native(line) == native, line
 
 
 

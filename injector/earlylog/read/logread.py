@@ -67,6 +67,7 @@ class Proc:
         self.deaths = []        # Died: threads that ended with an exception
         self.forked = False     # started by fork() without exec: it holds copies of its parent's locks
         self.fork_threads = None  # (how many, their names) of the other threads at its last `fork:` warning
+        self.fork_native = 0    # ... and how many threads with no Python stack it counted (a native pool's)
         self.stall_after = None  # the watchdog's stall threshold (EARLYLOG_STALL), from its note
         self.gil = None         # faulthandler's Timeout: a model.GilHeld
         self.signal = None      # Signalled
@@ -414,6 +415,7 @@ def _event(folder, p, kind, when, text):
         _phase(p, when, text)
     elif kind == "fork":
         p.fork_threads = records.parse_fork_threads(text) or p.fork_threads
+        p.fork_native = records.parse_fork_native(text)
     elif kind == "mem":
         p.mem[1:] = [text] if p.mem else []
         if not p.mem:

@@ -71,8 +71,9 @@ FINDERS = (
         "queued behind it in its own pool.", supersedes=["future-unset"])),
     Finder(thread_causes.imports, "thread", Kind(
         "fork-lock", THREAD, "lock copied by fork",
-        "A child made by fork() waits for a lock no thread of its own holds, which the parent's other threads held "
-        "at the fork: use the spawn or forkserver start method, or fork before starting threads.",
+        "A child made by fork() waits for a lock no thread of its own holds, which the parent's other threads (or "
+        "a native pool's) held at the fork: use the spawn or forkserver start method, or fork before starting "
+        "threads.",
         supersedes=["import-deadlock", "import", "lock"]), Kind(
         "import-deadlock", THREAD, "import deadlock",
         "A thread waits to import a module another thread is importing, and that thread waits for the first: "

@@ -128,6 +128,8 @@ def waits(s, t):
         found += (_fork_copy(s.d, t, s.by_ident, s.parent) if s.p.forked else []) + _lock(s.d, t, s.by_ident)
     if t.joins and not t.busy and not _flush_for_parent(s.d, t, s.by_ident, s.parent):
         found += _join(s.d, t, s.by_ident, s.in_cycle)
+    if s.p.forked and not t.wait and not t.joins:
+        found += _fork_native(s.d, t, s.parent)
     return found
 
 
@@ -289,6 +291,26 @@ def _fork_copy(d, t, by_ident, parent):
                   "start the child with the 'spawn' or 'forkserver' method (multiprocessing.get_context('spawn'), "
                   "DataLoader(multiprocessing_context='spawn')), or fork before starting threads",
                   [d["pid"], d["ppid"]], [t.name])]
+
+
+def _fork_native(d, t, parent):
+    """In a child made by fork() without exec, a thread blocked on a futex in native code (no Python
+    lock named, no join), where the parent forked while threads with no Python stack ran (OpenMP's,
+    a BLAS's pool): their locks and state were copied held, their threads were not, and the child's
+    first parallel call waits for them forever (torch ops in a DataLoader worker forked after the
+    parent computed)."""
+    native = parent.fork_native if parent is not None else 0
+    if not native or t.busy or d["idle"] or "(futex)" not in (t.state or ""):
+        return []
+    return [Cause("fork-lock", "%s: thread %s is blocked on a lock inside native code in %s, which no thread of "
+                               "this process can release: it was made by fork() from pid %d while %d thread%s with "
+                               "no Python stack ran there (a native pool: OpenMP, BLAS, gRPC), whose locks were "
+                               "copied held and whose threads were not" % (
+                                   label(d), t.name, t.where(), d["ppid"], native, "" if native == 1 else "s"),
+                  "start the child with the 'spawn' or 'forkserver' method (multiprocessing.get_context('spawn'), "
+                  "DataLoader(multiprocessing_context='spawn')), or fork before the parent's first parallel "
+                  "computation (a pool starts at its first use: torch.set_num_threads(1) or OMP_NUM_THREADS=1 keeps "
+                  "it from starting)", [d["pid"], d["ppid"]], [t.name])]
 
 
 def _flush_for_parent(d, t, by_ident, parent):

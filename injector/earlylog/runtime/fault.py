@@ -57,28 +57,31 @@ def _before_fork():
     try:
         armed.forking = True
         # Counted before the timer is cancelled: its thread is one of ours until then.
-        pause = threads.WARNS_ON_FORK and threads.alone_but_ours(1 if _timer_on else 0) \
-            and not threads.forking_to_exec()
+        others = threads.other_threads(1 if _timer_on else 0)
+        pause = threads.WARNS_ON_FORK and others is not None and others <= 0 and not threads.forking_to_exec()
         if armed.timeout:
             cancel_timer()
-        _warn_fork(armed)
+        _warn_fork(armed, others or 0)
         if pause:
             threads.pause_for_fork()
     except BaseException:  # never let an exception reach the application's fork()
         pass
 
 
-def _warn_fork(armed):
-    """In the parent, before fork(): name the other threads (a lock one holds stays held). Here,
-    not in the watchdog's module: that loads a moment into the process, and a fork may come first."""
+def _warn_fork(armed, running):
+    """In the parent, before fork(): name the other threads (a lock one holds stays held), and
+    count those with no Python stack (`running` counts all): a native pool's (OpenMP's, a BLAS's)
+    locks and state are copied too, its threads are not. Here, not in the watchdog's module: that
+    loads a moment into the process, and a fork may come first."""
     # Under gevent's patching threading knows this thread by its greenlet's id: the patched
     # get_ident's, not the OS thread's.
     me = (threads.get_ident(), _thread.get_ident())
     others = sorted(t.name for ident, t in threads.program_threads().items() if ident not in me)
-    if not others or tuple(others) in armed.warned_forks:
+    native = max(0, running - len(others))
+    if not others and not native or (tuple(others), native) in armed.warned_forks:
         return
-    armed.warned_forks.add(tuple(others))
-    armed.logger.event("fork", records.fork_threads(others))
+    armed.warned_forks.add((tuple(others), native))
+    armed.logger.event("fork", records.fork_threads(others, native))
 
 
 def _after_fork_in_parent():

@@ -29,7 +29,8 @@ _REGEXES = {
     "init rank": r"\binit_process_group\b.*?\brank=(\d+) world_size=(\d+)",
     "init master": r"\binit_process_group\b.*?\bmaster=(\S+)",
     "retrying": r"^retrying: thread (.+?): (\d+) failures seen in the last ([\d.]+) s; handling (.+)$",
-    "fork": r"^fork\(\) while (\d+) other threads? runs? \((.*?)\): ",
+    "fork": r"^fork\(\) while (\d+) other threads? runs? \((.*?)\)(?::| and \d+ threads? with no Python stack)",
+    "fork native": r"^fork\(\) while (?:\d+ other threads? runs? \(.*?\) and )?(\d+) threads? with no Python stack",
     "no step": r"^no training step for (\d+(?:\.\d+)?) s \(((?:steps|batches) came every ~[\d.]+ s before; "
                r"last (?:step|batch) \d+)\)",
     "no progress": r"(?:^|; )thread (.+?) made no progress for (\d+(?:\.\d+)?) s while other threads kept printing",
@@ -199,17 +200,29 @@ def parse_noisy_stall(text):
     return seconds, thread, step.group(2) if step else None, task.group(1) if task else None
 
 
-def fork_threads(names):
-    """The `fork:` line (fault.py, before a fork): the program's other threads by name."""
-    return "fork() while %d other thread%s run%s (%s): a lock any of them holds stays locked forever in the " \
-           "child, the classic DataLoader-worker deadlock; the 'spawn' or 'forkserver' start method avoids it" % (
-               len(names), "" if len(names) == 1 else "s", "s" if len(names) == 1 else "", ", ".join(names))
+def fork_threads(names, native=0):
+    """The `fork:` line (fault.py, before a fork): the program's other threads by name, and how many
+    threads with no Python stack ran (a native pool: OpenMP's, a BLAS's)."""
+    ran = "%d other thread%s run%s (%s)" % (len(names), "" if len(names) == 1 else "s", "s" if len(names) == 1 else "",
+                                            ", ".join(names)) if names else ""
+    if native:
+        ran += "%s%d thread%s with no Python stack%s (a native pool: OpenMP, BLAS, gRPC)" % (
+            " and " if names else "", native, "" if native == 1 else "s",
+            "" if names else " run" if native > 1 else " runs")
+    return "fork() while %s: a lock any of them holds stays locked forever in the child, the classic " \
+           "DataLoader-worker deadlock; the 'spawn' or 'forkserver' start method avoids it" % ran
 
 
 def parse_fork_threads(text):
-    """(how many, their names as one text) from fork_threads()'s line, else None."""
+    """(how many, their names as one text) of the Python threads fork_threads() named, else None."""
     m = _re("fork").match(text)
     return (int(m.group(1)), m.group(2)) if m else None
+
+
+def parse_fork_native(text):
+    """How many threads with no Python stack a fork_threads() line counts (0 if none)."""
+    m = _re("fork native").search(text)
+    return int(m.group(1)) if m else 0
 
 
 def polling(error, target):

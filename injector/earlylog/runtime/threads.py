@@ -200,14 +200,21 @@ def alone_but_ours(extra):
     """True when no thread but the calling one and ours (plus `extra` of earlylog's: faulthandler's
     timer) is in the kernel's count, /proc/self/stat's, which is what os.fork() counts: only then
     would our threads alone make it warn."""
+    others = other_threads(extra)
+    return others is not None and others <= 0
+
+
+def other_threads(extra):
+    """How many threads the kernel counts (/proc/self/stat) beside the calling one and ours (plus
+    `extra` of earlylog's: faulthandler's timer), Python's and native ones alike; None if unknown."""
     data = read("/proc/self/stat", 4096)
     if not data:
-        return False
+        return None
     try:
         count = int(data[data.rindex(b")") + 2:].split()[17])  # num_threads, the 20th field
     except (ValueError, IndexError):
-        return False
-    return count - 1 - len(_ours) - _starting[0] - extra <= 0
+        return None
+    return count - 1 - len(_ours) - _starting[0] - extra
 
 
 def pause_for_fork():
