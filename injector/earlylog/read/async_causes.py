@@ -53,7 +53,7 @@ def _held_locks(d, t):
                 (sync.kind, sync.name, sync.holder) in told:
             continue
         told.add((sync.kind, sync.name, sync.holder))
-        lock = "asyncio.%s `%s`" % (sync.kind, sync.name) if sync.name else "an asyncio.%s" % sync.kind
+        lock = frames.sync_name(sync)
         taken = "%s at %s:%s" % (sync.func, _base(sync.file), sync.line) if sync.file else "its await chain"
         waiter = "asyncio task %s waits for %s%s" % (name, lock, _at(frames.user_frame(chain)))
         if sync.holder == notes.THIS_TASK:
@@ -93,7 +93,7 @@ def _unmarked(d, t):
             continue
         getters = [(other, frames.user_frame(c)) for other, c, s in chains
                    if s is not None and s.kind == sync.kind and s.name == sync.name and s.detail == "empty"]
-        what = "asyncio.%s `%s`" % (sync.kind, sync.name) if sync.name else "an asyncio.%s" % sync.kind
+        what = frames.sync_name(sync)
         consumers = "; its consumer task%s %s await%s get() for more (%s)" % (
             "" if len(getters) == 1 else "s", ", ".join(g for g, _f in getters[:3]), "s" if len(getters) == 1 else "",
             ", ".join(_at(f)[len(" in "):] for _g, f in getters[:3])) if getters else ""

@@ -95,6 +95,11 @@ def task_chains(texts):
     return [(t.name, as_frames(t.frames), t.awaiting) for t in notes.every(texts, notes.Task)]
 
 
+def sync_name(sync):
+    """`asyncio.Lock `lock``, or `an asyncio.Lock` where the code's name for it is not known."""
+    return "asyncio.%s `%s`" % (sync.kind, sync.name) if sync.name else "an asyncio.%s" % sync.kind
+
+
 def awaited_words(what, place=""):
     """What a task awaits, for a sentence, with `place` (` there`) after the object: an asyncio
     lock, event, semaphore or queue by its name and who holds it (`asyncio.Lock `lock` there, which
@@ -102,7 +107,7 @@ def awaited_words(what, place=""):
     sync = notes.parse_awaits_sync(what)
     if sync is None:
         return what + place if what else what
-    words = "asyncio.%s `%s`" % (sync.kind, sync.name) if sync.name else "an asyncio.%s" % sync.kind
+    words = sync_name(sync)
     if sync.detail:
         words += " (%s)" % sync.detail
     words += place

@@ -98,11 +98,17 @@ def _saw(value, how, caller=None):
         at = outer = None
         if caller is not None:
             # For a call in a library (argparse's exit), also the program's own frame that led there.
-            at, outer = _where(caller), records.outer(caller)
-            outer = _where(outer) if outer is not None and outer is not caller else None
+            at, outer = _places(caller)
         _status = (_status[0], records.exit_call(how, arg, at, outer))
     except BaseException:  # never let the record stop the exit
         pass
+
+
+def _places(caller):
+    """(the caller's place, and the program's own frame that led there when the call is in a
+    library, else None), as exit_call() words them."""
+    outer = records.outer(caller)
+    return _where(caller), _where(outer) if outer is not None and outer is not caller else None
 
 
 def _where(frame):
@@ -168,10 +174,9 @@ def _exec_record(path, argv, caller):
         how, frame = "os.execv", caller
         while frame is not None and frame.f_globals.get("__name__") == "os":  # execvp -> _execvpe -> here
             how, frame = "os." + frame.f_code.co_name, frame.f_back
-        outer = records.outer(frame) if frame is not None else None
+        at, outer = _places(frame) if frame is not None else (None, None)
         call = records.exit_call(how, repr(os.fsdecode(path) if not isinstance(path, int) else path)[:MAX_ARG],
-                                 _where(frame) if frame is not None else None,
-                                 _where(outer) if outer is not None and outer is not frame else None)
+                                 at, outer)
         from earlylog.runtime import redact, stdio
         for tee in stdio.tees():
             tee.drain()
