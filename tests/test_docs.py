@@ -47,6 +47,21 @@ def test_causes_page_names_every_registered_cause_and_no_other():
     assert sorted(lines) == sorted(k.title for k in LINE_KINDS.values())
 
 
+def test_json_schema_page_names_every_field_of_the_judged_model():
+    """`--json` is the judged model's one serializer (read/model.py): every field of each of its
+    shapes, a dump's thread and a crash included, is named in docs/json-schema.md's schema."""
+    from earlylog.read import logread, model
+    page = text(os.path.join(ROOT, "docs", "json-schema.md"))
+    schema = re.search(r"^## `--json`\n.*?^```\n(.*?)^```", page, re.M | re.S).group(1)
+    shapes = {cls.__name__: cls.__slots__ for cls in vars(model).values()
+              if isinstance(cls, type) and issubclass(cls, model.Record) and cls is not model.Record}
+    shapes["Thread"] = list(logread.Thread("Thread 0x1 (most recent call first):").json())
+    shapes["Crash"] = list(model.Crash("Aborted", None, []).json())
+    assert {"Report", "Process", "StallRecord", "Raised", "Memory", "Retrying", "WaitedBy"} <= set(shapes)
+    missing = {name: [f for f in fields if '"%s"' % f not in schema] for name, fields in shapes.items()}
+    assert not any(missing.values()), missing
+
+
 def readme_code():
     """The README's code blocks (shell comments dropped) and inline code, one piece a line."""
     readme = text(README)

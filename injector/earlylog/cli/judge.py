@@ -11,7 +11,7 @@ import time
 
 from earlylog.read import logread, verdict
 from earlylog.read.causes import label
-from earlylog.read.frames import frame_tuple, where
+from earlylog.read.frames import where
 
 # The stall line of a process whose main thread waits for (or sleeps while) its children run.
 _PARENT = "; waiting for child"
@@ -21,24 +21,24 @@ _TERMINAL = ("/dev/pts/", "/dev/tty", "a terminal")
 
 def why_not(d):
     """Why a stall is not one to act on, or None when the process is stuck."""
-    if d["idle"]:
-        return "idle: %s" % d["idle"]
-    if d["state"] == "busy" or (d["state"] == "stalled" and not verdict.stuck(d)):
+    if d.idle:
+        return "idle: %s" % d.idle
+    if d.state == "busy" or (d.state == "stalled" and not verdict.stuck(d)):
         return "busy: CPU time still rising, computing rather than hung"
-    if d["state"] != "stalled" or d["stall"] is None:
-        return "its state is %s, not stalled" % d["state"]
-    if _PARENT in (d["stall"]["text"] or ""):
+    if d.state != "stalled" or d.stall is None:
+        return "its state is %s, not stalled" % d.state
+    if _PARENT in (d.stall.text or ""):
         return "a parent waiting for its children (they are judged on their own)"
-    blocked = [t for t in d["stall"]["threads"] if (t["state"] or "").startswith("blocked:")]
-    if blocked and all(any(mark in t["state"] for mark in _TERMINAL) for t in blocked):
+    blocked = [t for t in d.stall.threads if (t.state or "").startswith("blocked:")]
+    if blocked and all(any(mark in t.state for mark in _TERMINAL) for t in blocked):
         return "waiting for a person at a terminal"
     return None
 
 
 def judgement(path, pid, now=None):
     """One dict: `stuck`, and what an alert or an exit line says about the stall."""
-    report = verdict.judge(logread.read_one(path), now=time.time() if now is None else now)
-    mine = [d for d in report["processes"] if d["pid"] == pid]
+    report = verdict.judged(logread.read_one(path), now=time.time() if now is None else now)
+    mine = [d for d in report.processes if d.pid == pid]
     if not mine:
         return {"stuck": False, "why": "no record of pid %d in %s" % (pid, path)}
     return about(mine[-1], report, path)
@@ -47,18 +47,18 @@ def judgement(path, pid, now=None):
 def about(d, report, path):
     """The judgement of one process of a judged report, as judgement() returns it."""
     why = why_not(d)
-    cause = next((c for c in report["causes"] if d["pid"] in c["pids"]), None)
-    main = d["stall"]["main"] if d["stall"] else None
-    frame = d["where"] or {}
-    out = {"stuck": why is None, "host": d["host"] or socket.gethostname(), "pid": d["pid"],
-           "rank": d["rank"], "local_rank": d["local_rank"], "job": d["job"],
-           "restart": d.get("restart"), "argv": (d["command"] or "")[len("argv "):] if (d["command"] or "").startswith("argv ") else d["command"], "log": os.path.abspath(os.path.join(path, d["files"][-1]) if os.path.isdir(path) and d["files"] else path),
-           "state": d["state"], "thread": main["name"] if main else None,
-           "blocked": main["state"] if main else None,
-           "function": frame.get("function"), "file": frame.get("file"), "line": frame.get("line"),
-           "where": where(frame_tuple(d["where"])) if d["where"] else None,
-           "summary": d["summary"], "cause": cause["text"] if cause else "%s %s" % (label(d), d["summary"]),
-           "next": cause["next"] if cause else None}
+    cause = next((c for c in report.causes if d.pid in c.pids), None)
+    main = d.stall.main if d.stall else None
+    frame = d.where
+    out = {"stuck": why is None, "host": d.host or socket.gethostname(), "pid": d.pid,
+           "rank": d.rank, "local_rank": d.local_rank, "job": d.job,
+           "restart": d.restart, "argv": (d.command or "")[len("argv "):] if (d.command or "").startswith("argv ") else d.command, "log": os.path.abspath(os.path.join(path, d.files[-1]) if os.path.isdir(path) and d.files else path),
+           "state": d.state, "thread": main.name if main else None,
+           "blocked": main.state if main else None,
+           "function": frame and frame.function, "file": frame and frame.file, "line": frame and frame.line,
+           "where": where(frame) if frame else None,
+           "summary": d.summary, "cause": cause.text if cause else "%s %s" % (label(d), d.summary),
+           "next": cause.next if cause else None}
     if why:
         out["why"] = why
     return out

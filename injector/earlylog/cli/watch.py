@@ -14,7 +14,7 @@ from earlylog.cli import judge, report
 from earlylog.cli.errors import CliError
 from earlylog.read import logread, verdict
 from earlylog.read.causes import label, secs
-from earlylog.read.frames import frame_tuple, where
+from earlylog.read.frames import where
 
 COMMAND_LIMIT = 30.0
 
@@ -30,15 +30,15 @@ def add_parser(sub):
 
 def line(d, now):
     """`rank 1  stalled  read_index at job.py:6  for 41 s`: one process, now."""
-    state = d["state"]
-    place = where(frame_tuple(d["where"])) if d["where"] else (d["phase"] or "")
-    if d["stall"] and state in ("stalled", "idle", "busy"):
-        how_long = "for %s" % secs(d["stall"].get("seconds") or 0)
-    elif d["end"] is not None:
-        how_long = "ended %s ago%s" % (secs(max(0.0, now - d["end"])), ", status %s" % d["status"]
-                                       if d["status"] is not None else "")
+    state = d.state
+    place = where(d.where) if d.where else (d.phase or "")
+    if d.stall and state in ("stalled", "idle", "busy"):
+        how_long = "for %s" % secs(d.stall.seconds or 0)
+    elif d.end is not None:
+        how_long = "ended %s ago%s" % (secs(max(0.0, now - d.end)), ", status %s" % d.status
+                                       if d.status is not None else "")
     else:
-        how_long = "last sign of life %s ago" % secs(max(0.0, now - (d["last_seen"] or now)))
+        how_long = "last sign of life %s ago" % secs(max(0.0, now - (d.last_seen or now)))
     return "%-22s %-10s %s%s" % (label(d), state, place + "  " if place else "", how_long)
 
 
@@ -52,31 +52,31 @@ class Watcher:
 
     def look(self, now=None):
         now = time.time() if now is None else now
-        result = verdict.judge(logread.read(self.folder), now=now)
+        result = verdict.judged(logread.read(self.folder), now=now)
         out = []
-        for d in result["processes"]:
+        for d in result.processes:
             text = line(d, now)
-            key, state = (d["host"], d["pid"]), (d["state"], json.dumps(d["where"]))
+            key, state = (d.host, d.pid), (d.state, d.where)
             if self.tty or self.shown.get(key) != state:
                 out.append(text)
                 self.shown[key] = state
-            if self.command and d["state"] == "stalled" and judge.why_not(d) is None:
+            if self.command and d.state == "stalled" and judge.why_not(d) is None:
                 self._alert(d, result)
-        new = [c for c in result["causes"] if c["text"] not in self.causes]
-        self.causes.update(c["text"] for c in new)
-        causes = [c["text"] + ("; next: " + c["next"] if c["next"] else "") for c in
-                  (result["causes"] if self.tty else new)]
+        new = [c for c in result.causes if c.text not in self.causes]
+        self.causes.update(c.text for c in new)
+        causes = [c.text + ("; next: " + c.next if c.next else "") for c in
+                  (result.causes if self.tty else new)]
         self.children = [c for c in self.children if c[0].poll() is None and not self._late(c)]
         return result, out, causes
 
     def _alert(self, d, result):
-        key = (d["host"], d["pid"], d["stall"]["since"])
+        key = (d.host, d.pid, d.stall.since)
         if key in self.alerted:
             return
         self.alerted.add(key)
         payload = judge.about(d, result, self.folder)
         payload.pop("stuck", None)
-        payload["seconds"] = d["stall"].get("seconds")
+        payload["seconds"] = d.stall.seconds
         env = {k: v for k, v in os.environ.items() if not k.startswith("EARLYLOG")}
         child = subprocess.Popen(["/bin/sh", "-c", self.command], stdin=subprocess.PIPE, env=env,
                                  start_new_session=True)
@@ -108,7 +108,7 @@ def main(args):
         except OSError as exc:
             raise CliError("cannot read %s (%s)" % (folder, exc.strerror or exc))
         if tty:
-            head = "%s  %s  (every %g s, Ctrl-C to stop)" % (time.strftime("%H:%M:%S"), result["verdict"][0],
+            head = "%s  %s  (every %g s, Ctrl-C to stop)" % (time.strftime("%H:%M:%S"), result.verdict[0],
                                                             args.every)
             sys.stdout.write("\x1b[H\x1b[2J" + "\n".join([head, ""] + lines + ([""] + causes if causes else [])) + "\n")
         else:

@@ -26,13 +26,13 @@ RECENT = 1.0  # seconds: a death reported on stderr this close to the last sign 
 def find(report, folder):
     """The asyncio causes of each stalled process of a judged report."""
     out = []
-    for d in report["processes"]:
-        p = folder.procs.get((d["host"], d["pid"]))
-        if p is None or d["stall"] is None or p.stall is None or p.stall.gil:
+    for d in report.processes:
+        p = folder.procs.get((d.host, d.pid))
+        if p is None or d.stall is None or p.stall is None or p.stall.gil:
             continue
         for t in p.stall.threads:
             out += _blocked(d, t)
-            out += [] if d["idle"] else _held_locks(d, t) + _unmarked(d, t)
+            out += [] if d.idle else _held_locks(d, t) + _unmarked(d, t)
         out += [_died(d, death, waiters) for death, waiters in orphaned(p)]
     return out
 
@@ -62,7 +62,7 @@ def _held_locks(d, t):
                              "reentrant, so the task waits for itself" % (label(d), waiter, taken),
                 "do not take %s again while it is held: call a helper that expects it held, or release it "
                 "before the call (asyncio has no RLock)" % (("`%s`" % sync.name) if sync.name else "the lock"),
-                [d["pid"]], [t.name]))
+                [d.pid], [t.name]))
             continue
         holder = sync.holder[len("task "):]
         held_chain, held_awaits = chains.get(holder, ((), None))
@@ -79,7 +79,7 @@ def _held_locks(d, t):
         out.append(Cause(
             "task-lock", "%s: %s, held by task %s since %s, which itself waits for %s%s" % (
                 label(d), waiter, holder, taken, what, _at(frames.user_frame(held_chain))),
-            step, [d["pid"]], [t.name]))
+            step, [d.pid], [t.name]))
     return out
 
 
@@ -103,7 +103,7 @@ def _unmarked(d, t):
                 label(d), name, _at(frames.user_frame(chain)), sync.unfinished,
                 "" if sync.unfinished == 1 else "s", what, consumers),
             "call task_done() once for every get(), in a `finally:` so that an exception or a `continue` cannot "
-            "skip it", [d["pid"]], [t.name]))
+            "skip it", [d.pid], [t.name]))
     return out
 
 
@@ -119,33 +119,32 @@ def _at(frame):
 
 def _blocked(d, t):
     running = notes.first(t.notes, notes.Running)
-    running = running.asdict() if running else None
     state = notes.first(t.notes, notes.State)
     if running is None or state is None or state.busy:
         return []  # parked in its selector, or computing: busy is not stuck
-    at = next((i for i, f in enumerate(t.frames) if f.file == running["file"] and f.line == running["line"]), None)
-    if frames.library(running["file"]) and at is not None and any(not frames.library(f.file) for f in t.frames[:at]):
+    at = next((i for i, f in enumerate(t.frames) if f.file == running.file and f.line == running.line), None)
+    if frames.library(running.file) and at is not None and any(not frames.library(f.file) for f in t.frames[:at]):
         return []  # a framework's coroutine running the user's code (a notebook's cell): that code is the story
     others = [name for name, _chain, awaiting in frames.task_chains(t.notes)
-              if name != running["task"] and not (awaiting or "").startswith(("task ", "gather of "))]
+              if name != running.task and not (awaiting or "").startswith(("task ", "gather of "))]
     if not others:
         return []  # no other task to starve: what the call waits for is the cause (a child, a lock, a peer)
-    call = running["call"] or frames.call_name(t.frames) or _source_call(t, running) or "a blocking call"
-    place = "%s:%s" % (running["file"].rpartition("/")[2], running["line"])
-    if running["how"] == "task":
-        who = "task %s (%s) calls %s at %s inside a coroutine" % (running["task"], running["coro"], call, place)
+    call = running.call or frames.call_name(t.frames) or _source_call(t, running) or "a blocking call"
+    place = "%s:%s" % (running.file.rpartition("/")[2], running.line)
+    if running.how == "task":
+        who = "task %s (%s) calls %s at %s inside a coroutine" % (running.task, running.coro, call, place)
     else:
-        who = "a callback, %s, calls %s at %s" % (running["func"], call, place)
+        who = "a callback, %s, calls %s at %s" % (running.func, call, place)
     doing = state.doing
     return [Cause("loop-blocked", "%s: the asyncio event loop in thread %s is blocked: %s, so no other task "
                                   "runs (%s)" % (label(d), t.name, who, doing),
-                  _unblock(call, running["how"] == "task"), [d["pid"]], [t.name])]
+                  _unblock(call, running.how == "task"), [d.pid], [t.name])]
 
 
 def _source_call(t, running):
     """The first call on the frame's source line, where the runtime could not name it."""
-    code = next((t.code.get(i) for i, f in enumerate(t.frames) if f.line == running["line"]
-                 and f.function == running["func"]), None)
+    code = next((t.code.get(i) for i, f in enumerate(t.frames) if f.line == running.line
+                 and f.function == running.func), None)
     m = _CALL.search(code or "")
     return m.group(1) if m else None
 
@@ -231,4 +230,4 @@ def _died(d, death, waiters):
                  "fix the %s%s; to fail fast instead of hanging, await the task (or `asyncio.gather(...)` it with "
                  "the waiters, which raises its exception) or add a done callback that stops the loop "
                  "(`task.add_done_callback(...)`)" % (exc.partition("(")[0], " in %s" % frame.function if frame else ""),
-                 [d["pid"]], [])
+                 [d.pid], [])

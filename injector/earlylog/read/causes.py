@@ -15,7 +15,7 @@ class Cause:
         self.kind, self.text, self.next = kind, text, next_step
         self.pids, self.threads = list(pids), list(threads)
 
-    def as_dict(self):
+    def json(self):
         return {"kind": self.kind, "text": self.text, "next": self.next, "pids": self.pids,
                 "threads": self.threads}
 
@@ -23,8 +23,8 @@ class Cause:
 def label(d):
     """How the report names a process: `rank 3`, or `pid 4242 (train)`; a process that retitled
     itself by its title (Ray's worker as its task: `pid 4242 (ray::hang_forever)`)."""
-    return "rank %d" % d["rank"] if d["tag"] and d["tag"].startswith("rank") and d["rank"] is not None \
-        else "pid %d (%s)" % (d["pid"], d.get("title") or d["tag"])
+    return "rank %d" % d.rank if d.tag and d.tag.startswith("rank") and d.rank is not None \
+        else "pid %d (%s)" % (d.pid, d.title or d.tag)
 
 
 def secs(s):

@@ -81,11 +81,8 @@ def _renamed(note, names):
     return note
 
 
-def frame_dict(frame):
-    return {"file": frame.file, "line": frame.line, "function": frame.function} if frame else None
-
-
 def frame_tuple(frame):
+    """A Frame from its --json form (a FRAME dict), for the views that read the report as --json has it."""
     return Frame(frame["file"], frame["line"], frame["function"]) if frame else None
 
 
@@ -116,13 +113,6 @@ def awaited_words(what, place=""):
     elif sync.holder:
         words += ", held by %s" % sync.holder
     return words
-
-
-def joined(texts):
-    """{'name', 'ident'} of the thread a dumped thread waits for in join(), from its `joins:` note;
-    None when it joins none."""
-    joins = notes.first(texts, notes.Joins)
-    return joins.asdict() if joins else None
 
 
 def in_event_loop(frames):

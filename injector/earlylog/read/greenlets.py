@@ -109,7 +109,7 @@ def causes(d, threads):
                 continue
             text, step = _words(g, found)
             out.append(Cause("greenlet", "%s: greenlet %s waits on %s in %s, under %s's hub in thread %s%s" % (
-                label(d), g.name, g.what(), where(user_frame(g.frames)), _lib(t), t.name, text), step, [d["pid"]],
+                label(d), g.name, g.what(), where(user_frame(g.frames)), _lib(t), t.name, text), step, [d.pid],
                 [t.name]))
     return out
 

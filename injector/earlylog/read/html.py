@@ -243,7 +243,7 @@ def _proc(d, depth, parent, t0, generated, table):
         p["stall"] = {"since": rel(since), "seconds": d["stall"].get("seconds"),
                       "threads": _threads(d["stall"]["threads"], table),
                       "kind": "idle" if d["idle"] else "busy" if d["state"] == "busy" else
-                      "stuck" if d["state"] == "stalled" or verdict.stuck(d) else "quiet"}
+                      "stuck" if d["state"] == "stalled" or verdict.stuck_in_json(d) else "quiet"}
     if d["crash"] is not None:
         p["crash"] = {"what": d["crash"]["what"], "signal": d["crash"]["signal"],
                       "threads": _threads(d["crash"]["threads"], table)}

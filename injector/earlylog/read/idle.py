@@ -4,7 +4,7 @@ is idle, not stuck. It decides from the frames of the last stall dump and the ke
 thread (docs/design.md#idle-is-not-stuck). It only judges, and must never call idle a thread that
 waits inside a task of the user's: for a reply, a lock, a child or a peer."""
 from earlylog.read import greenlets
-from earlylog.read.frames import in_event_loop, is_file, joined, library, task_chains
+from earlylog.read.frames import in_event_loop, is_file, library, task_chains
 from earlylog.runtime import notes
 
 # Library frames that may call the user's code without making it a task: the interpreter running a
@@ -81,8 +81,8 @@ def _main_parked(t, threads):
         return "for a signal (Ctrl-C)"
     if inner and all(is_file(f.file, "threading.py") for f in inner) and inner[-1].function == "wait":
         return "on an event (to stop)"
-    join = joined(t.notes)
-    target = next((o for o in threads if join and o.ident == join["ident"]), None)
+    join = t.joins
+    target = next((o for o in threads if join and o.ident == join.ident), None)
     if target is not None and serves(target):
         return "in a join of the server's thread %s" % target.name
     return None

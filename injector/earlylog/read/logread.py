@@ -7,8 +7,8 @@ from collections import deque, namedtuple
 
 from earlylog import __version__
 from earlylog.read import files as folder_files
-from earlylog.read.frames import cells
-from earlylog.read.model import Crash, Exit, Frame, GilHeld, Retry, Stall
+from earlylog.read.frames import call_name, cells, user_frame
+from earlylog.read.model import Crash, Exit, Frame, GilHeld, Record, Retry, Stall, to_json
 from earlylog.runtime import notes, records
 
 # `File "path", line N[,] in function`: faulthandler's raw crash output and Python tracebacks (a
@@ -138,17 +138,19 @@ class Block:
         return self.head + cut + list(self.tail)
 
 
-class Phase:
+class Phase(Record):
     """A phase of a process: name, begin and end (epoch seconds; end None while open), and its
     outcome: "open", "ok" or "error: <exception>"."""
     __slots__ = ("name", "begin", "end", "outcome")
 
     def __init__(self, name, begin):
-        self.name, self.begin, self.end, self.outcome = name, begin, None, "open"
+        super().__init__(name=name, begin=begin, outcome="open")
 
 
 class Thread:
-    """One thread of a dump or crash: its header, frames (innermost first) and plain-words notes."""
+    """One thread of a dump or crash: its header, frames (innermost first) and plain-words notes;
+    the judged model's thread (read/model.py): what its notes say is read as fields (state, wait,
+    joins, holders...), and json() is its --json form (THREAD in docs/json-schema.md)."""
 
     def __init__(self, header):
         self.header = header
@@ -190,6 +192,77 @@ class Thread:
 
     def _module_code(self):
         return bool(self.frames) and self.frames[-1].function == "<module>"
+
+    # What the runtime's notes under it say (runtime/notes.py parses each note once).
+    @property
+    def state(self):
+        """Its kernel state in words (`blocked: sleeping (clock_nanosleep)`, `busy: ...`), or None."""
+        state = notes.first(self.notes, notes.State)
+        return state.text if state else None
+
+    @property
+    def doing(self):
+        """What a blocked thread does, in a few words: `sleeping`, `waiting to read from a pipe`."""
+        state = notes.first(self.notes, notes.State)
+        return state.doing if state else ""
+
+    @property
+    def busy(self):
+        return bool(self.state and self.state.startswith("busy:"))
+
+    @property
+    def sleeping(self):
+        return bool(self.state and self.state.startswith("blocked: sleeping"))
+
+    @property
+    def phase(self):
+        phase = notes.first(self.notes, notes.Phase)
+        return phase and phase.text
+
+    @property
+    def wait(self):
+        """What it waits for (a notes.WaitsFor: a lock, queue, event, import...), or None."""
+        return notes.first(self.notes, notes.WaitsFor)
+
+    @property
+    def joins(self):
+        """The thread it waits for in join() (a notes.Joins: name, ident), or None."""
+        return notes.first(self.notes, notes.Joins)
+
+    @property
+    def holders(self):
+        """Who holds the lock it waits for (notes.HeldBy), as many as the notes name."""
+        return list(notes.every(self.notes, notes.HeldBy))
+
+    @property
+    def handler(self):
+        """`SIGALRM, flush at m.py:6`: the program's signal handler it waits inside, or None."""
+        handler = notes.first(self.notes, notes.InSignalHandler)
+        return handler.text if handler else None
+
+    @property
+    def wakeable(self):
+        """A signal handler of the program's could wake it: one that sets the Event it waits on, or
+        any handler the main thread's notes list."""
+        return notes.first(self.notes, notes.SetBy) is not None or notes.first(self.notes, notes.Handles) is not None
+
+    @property
+    def frame(self):
+        """The innermost frame of the user's own code, else the innermost."""
+        return user_frame(self.frames)
+
+    @property
+    def call(self):
+        """The library call the user's code is inside (`subprocess.run`, `barrier`), or None."""
+        return call_name(self.frames)
+
+    def json(self):
+        frames = [to_json(f) for f in self.frames]
+        for i, code in self.code.items():
+            if code is not None and i < len(frames):
+                frames[i]["code"] = code  # the source line, where the dump wrote one
+        return {"name": self.name, "main": self.main, "state": self.state, "phase": self.phase,
+                "frame": to_json(self.frame), "call": self.call, "frames": frames, "notes": list(self.notes)}
 
 
 class Folder:

@@ -1,8 +1,10 @@
-"""The reader's typed model of what one process's log says: a frame of a stack (Frame), the stall
-it was last in (Stall), the crash (Crash) or exit record (Exit) that ended it. logread builds them
-as it reads; the causes and the verdict read them by field name. It owns only these shapes and
-their field meanings: it never reads files, parses lines or judges, and it is not the JSON the
-report writes (verdict.py builds those dicts, which are the schema)."""
+"""The reader's typed model. What one process's log says: a frame of a stack (Frame), the stall
+it was last in (Stall), the crash (Crash) or exit record (Exit) that ended it; logread builds them
+as it reads. And what the report judged (Report, Process, StallRecord, Raised, Memory, Retrying,
+WaitedBy; a dump's threads are logread.Thread): verdict.py fills them, the causes and the passes
+read them by field name, and `to_json` is the one way they become the --json schema
+(docs/json-schema.md). It owns only these shapes and their field meanings: it never reads files,
+parses lines or judges."""
 from collections import namedtuple
 
 # One frame of a stack, innermost first in a list: file path, line number, function (`<module>`,
@@ -38,6 +40,11 @@ class Stall:
         self.resumed = None       # when the process next did something after it (its wait ended then)
 
 
+# faulthandler's words for a fatal signal, and the signal
+_CRASHES = {"Segmentation fault": "SIGSEGV", "Floating point exception": "SIGFPE", "Aborted": "SIGABRT",
+            "Bus error": "SIGBUS", "Illegal instruction": "SIGILL"}
+
+
 class Crash:
     """A fatal error faulthandler wrote (`Fatal Python error: Segmentation fault` and the stacks)."""
     __slots__ = ("what", "time", "threads")
@@ -46,6 +53,14 @@ class Crash:
         self.what = what          # its words: `Segmentation fault`, `Aborted`
         self.time = when          # epoch seconds of the last line before it (faulthandler writes no time)
         self.threads = threads    # logread.Thread list of its stacks
+
+    @property
+    def signal(self):
+        """`SIGSEGV` for faulthandler's `Segmentation fault`; None for a fatal error of Python's own."""
+        return _CRASHES.get(self.what)
+
+    def json(self):
+        return {"what": self.what, "signal": self.signal, "threads": to_json(self.threads)}
 
 
 class Exit:
@@ -83,3 +98,89 @@ class GilHeld:
 # A thread failing again and again between sleeps, from the watchdog's `retrying:` line
 # (records.retrying): when, how many failures in how many seconds, and the `handling:` words.
 Retry = namedtuple("Retry", "time count seconds handling")
+
+
+# --- what the report judged -----------------------------------------------------------------
+
+def to_json(value):
+    """The --json form of a judged value: a Frame as {"file", "line", "function"}, a shape by its
+    own json(), lists and dicts item by item; anything else as it is."""
+    if isinstance(value, Frame):
+        return {"file": value.file, "line": value.line, "function": value.function}
+    if isinstance(value, (list, tuple)):
+        return [to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_json(v) for k, v in value.items()}
+    json = getattr(value, "json", None)
+    return json() if json is not None else value
+
+
+class Record:
+    """A judged shape: its fields are its __slots__, in the order --json writes them, each None
+    until set; json() is its --json object. A pass of the verdict changes one by update()."""
+    __slots__ = ()
+
+    def __init__(self, **fields):
+        for name in self.__slots__:
+            setattr(self, name, fields.pop(name, None))
+        if fields:
+            raise TypeError("%s has no field %s" % (type(self).__name__, ", ".join(fields)))
+
+    def update(self, change):
+        for name, value in change.items():
+            setattr(self, name, value)
+
+    def json(self):
+        return {name: to_json(getattr(self, name)) for name in self.__slots__}
+
+
+class Report(Record):
+    """The whole report: `processes` (Process, oldest first), `causes` (causes.Cause, most
+    important first), `verdict` (its lines), `problems` (what could not be read), `counts` by state."""
+    __slots__ = ("schema", "earlylog", "folder", "generated", "host", "hosts", "counts", "verdict", "problems",
+                 "processes", "causes")
+
+
+class Process(Record):
+    """One process as the report judged it: what it is, how it ended (or stands), and where;
+    each field's meaning is in docs/json-schema.md. `where` is a Frame; `stall` a StallRecord,
+    `crash` a Crash, `exception` a Raised, `memory` a Memory, `retrying` a Retrying, `waited_by` a
+    WaitedBy (each or None); `phases` logread.Phase."""
+    __slots__ = ("host", "pid", "ppid", "grandparent", "tag", "title", "rank", "local_rank", "node_rank",
+                 "world_size", "restart", "job", "command", "idle", "checked_here", "kernel_state", "killed_by",
+                 "still_starting", "files", "start", "last_seen", "end", "state", "status", "summary", "where",
+                 "phase", "stall", "crash", "exception", "memory", "warnings", "phases", "children", "waited_by",
+                 "retrying", "earlylog", "exit_call", "exit_note", "exit_next")
+
+
+class StallRecord(Record):
+    """The stall a process is (or was) in at its end: since when, its `stall` line's words, its
+    dump's threads (logread.Thread), the one it names as stuck (else the main thread: `main`),
+    and, once judged, how long (`seconds`) and the sentence (`summary`)."""
+    __slots__ = ("since", "text", "threads", "main", "seconds", "summary")
+
+
+class Raised(Record):
+    """The exception that ended a process: its text, the user's Frame it was raised in, and
+    whether it was read from a traceback the program printed (not from earlylog's hook)."""
+    __slots__ = ("text", "frame", "printed")
+
+
+class Memory(Record):
+    """What the `mem:` breadcrumbs say: the first and last, whether the cgroup's oom_kill count
+    rose, and whether use was at 90% of the limit."""
+    __slots__ = ("first", "last", "oom_kill_rose", "near_limit")
+
+
+class Retrying(Record):
+    """A thread sleeping between failures of one operation: the handling note's words, the error,
+    where it was raised, the address a connect failed on, how many failures in how many seconds
+    (None when one dump shows it), the thread's Frame (None from the `retrying:` line), and that
+    line's time (None from a dump)."""
+    __slots__ = ("thread", "handling", "error", "raised_in", "address", "count", "seconds", "frame", "time")
+
+
+class WaitedBy(Record):
+    """The parent that waited for a child when it was killed: its pid, thread, Frame, that line's
+    source, the library call, the child's command, the signal, and when that wait ended."""
+    __slots__ = ("pid", "thread", "frame", "code", "call", "command", "signal", "until")

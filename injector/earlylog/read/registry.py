@@ -254,9 +254,9 @@ RUN_KINDS = frozenset(k for k, v in KINDS.items() if v.level == RUN)
 
 
 def superseding(causes, kind):
-    """The causes (as --json has them) whose kind supersedes `kind`, one of LINES: the verdict tells
+    """The causes (causes.Cause) whose kind supersedes `kind`, one of LINES: the verdict tells
     no such line for the processes they name."""
-    return [c for c in causes if kind in KINDS[c["kind"]].supersedes]
+    return [c for c in causes if kind in KINDS[c.kind].supersedes]
 
 
 def kinds(f):
@@ -293,7 +293,7 @@ def find(report, folder):
             found.extend(_run(batch, report, folder))
         except Exception as exc:  # input nobody foresaw: say so, keep the rest of the report
             room = batch[0].fn.__module__.rpartition(".")[2].replace("_causes", "")
-            report["problems"].append("earlylog could not work out the %s causes (%r)" % (room, exc))
+            report.problems.append("earlylog could not work out the %s causes (%r)" % (room, exc))
     return sorted(found, key=lambda c: c.kind in RUN_KINDS)
 
 

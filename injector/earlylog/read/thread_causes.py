@@ -26,66 +26,29 @@ APART = 0.1          # seconds: failures closer than this ended together, neithe
 DEFAULT_STALL = 30.0  # the watchdog's threshold when its note is missing
 
 
-class _Thread:
-    """One thread of a stall dump, with what the runtime's notes under it say."""
+def _where(t):
+    """`func at file.py:12`, the user's frame, naming the library call it is inside where no note
+    says what it waits for."""
+    call = None if t.wait or t.joins else t.call
+    return frames.where(t.frame) + (" (in %s)" % call if call else "")
 
-    def __init__(self, raw):
-        self.name, self.ident, self.main, self.daemon = raw.name, raw.ident, raw.main, raw.daemon
-        self.frames = raw.frames
-        state = notes.first(raw.notes, notes.State)
-        self.state = state.text if state else None
-        self.doing_words = state.doing if state else ""
-        wait = notes.first(raw.notes, notes.WaitsFor)
-        self.wait = dict(wait.asdict(), unfinished=wait.unfinished) if wait else None
-        self.joins = frames.joined(raw.notes)
-        self.serving = idle.serves(raw)  # a server waiting for requests: joining it is serving
-        # `SIGALRM, flush at m.py:6`: it waits inside a signal handler of the program's
-        handler = notes.first(raw.notes, notes.InSignalHandler)
-        self.handler = handler.text if handler else None
-        self.holders = [h.asdict() for h in notes.every(raw.notes, notes.HeldBy)]
-        # A signal handler of the program's could wake it: one that sets the Event it waits on, or
-        # any handler the main thread's notes list.
-        self.wakeable = notes.first(raw.notes, notes.SetBy) is not None or \
-            notes.first(raw.notes, notes.Handles) is not None
 
-    @property
-    def busy(self):
-        return bool(self.state and self.state.startswith("busy:"))
-
-    @property
-    def sleeping(self):
-        return bool(self.state and self.state.startswith("blocked: sleeping"))
-
-    @property
-    def frame(self):
-        return frames.user_frame(self.frames)
-
-    def where(self):
-        """`func at file.py:12`, the user's frame, naming the library call it is inside where no
-        note says what it waits for."""
-        call = None if self.wait or self.joins else frames.call_name(self.frames)
-        return frames.where(self.frame) + (" (in %s)" % call if call else "")
-
-    def doing(self):
-        """What a blocked thread does, in a few words: `sleeping`, `waiting to read from a pipe`."""
-        return self.doing_words
-
-    def now(self):
-        """`is now in f at x.py:3 (sleeping)`, or what it waits for."""
-        if self.wait:
-            return "itself waits for %s in %s" % (_what(self.wait), self.where())
-        return "is now in %s%s" % (self.where(), " (%s)" % self.doing() if self.doing() else "")
+def _now(t):
+    """`is now in f at x.py:3 (sleeping)`, or what it waits for."""
+    if t.wait:
+        return "itself waits for %s in %s" % (_what(t.wait), _where(t))
+    return "is now in %s%s" % (_where(t), " (%s)" % t.doing if t.doing else "")
 
 
 class Stall:
     """One process of a judged report, as its thread-level finders see it (read/registry.py runs
-    them): its record d, its log p, its parent's log, and, when it stalled, its dump's threads with
-    the runtime's notes read (`threads` is None otherwise), by ident, and the lock cycles among them."""
+    them): its record d (model.Process), its log p, its parent's log, and, when it stalled, its
+    dump's threads (logread.Thread: their notes read as fields; `threads` is None otherwise), by
+    ident, and the lock cycles among them."""
 
     def __init__(self, d, p, parent):
         self.d, self.p, self.parent = d, p, parent
-        self.threads = [_Thread(t) for t in p.stall.threads] \
-            if d["stall"] is not None and p.stall is not None else None
+        self.threads = p.stall.threads if d.stall is not None and p.stall is not None else None
         self.by_ident = {t.ident: t for t in self.threads or () if t.ident}
         self.cycles = _cycles(self.threads, self.by_ident) if self.threads is not None else []
         self.in_cycle = {t.ident for c in self.cycles for t in c}
@@ -93,10 +56,10 @@ class Stall:
 
 def stalls(report, folder):
     """A Stall for each process of the report that has a log here."""
-    for d in report["processes"]:
-        p = folder.procs.get((d["host"], d["pid"]))
+    for d in report.processes:
+        p = folder.procs.get((d.host, d.pid))
         if p is not None:
-            yield Stall(d, p, folder.procs.get((d["host"], d["ppid"])))
+            yield Stall(d, p, folder.procs.get((d.host, d.ppid)))
 
 
 # --- the finders the registry runs on one stalled process (s: a Stall, t: one of its threads);
@@ -116,7 +79,7 @@ def starved(s):
 
 def imports(s, t):
     """A thread waiting for an import: a lock a fork copied, an import deadlock, or an import."""
-    if not (t.wait and t.wait["kind"] == "import" and not t.busy):
+    if not (t.wait and t.wait.kind == "import" and not t.busy):
         return []
     return (_fork_copy(s.d, t, s.by_ident, s.parent) if s.p.forked else []) + _import(s.d, t, s.by_ident)
 
@@ -124,7 +87,7 @@ def imports(s, t):
 def waits(s, t):
     """A thread waiting for a lock (its holder, or a lock a fork copied) or in a join."""
     found = []
-    if t.wait and t.wait["kind"] in _LOCKS and not t.busy:
+    if t.wait and t.wait.kind in _LOCKS and not t.busy:
         found += (_fork_copy(s.d, t, s.by_ident, s.parent) if s.p.forked else []) + _lock(s.d, t, s.by_ident)
     if t.joins and not t.busy and not _flush_for_parent(s.d, t, s.by_ident, s.parent):
         found += _join(s.d, t, s.by_ident, s.in_cycle)
@@ -172,7 +135,7 @@ def first_failure(report, folder):
 def _holder(t, by_ident):
     """(the one thread of this dump holding what t waits for or None, its `held by` facts or None)."""
     facts = t.holders[0] if len(t.holders) == 1 else None
-    return (by_ident.get(facts["ident"]) if facts and facts["ident"] else None), facts
+    return (by_ident.get(facts.ident) if facts and facts.ident else None), facts
 
 
 def _cycles(threads, by_ident):
@@ -180,7 +143,7 @@ def _cycles(threads, by_ident):
     found, seen = [], set()
     for start in threads:
         path, t = [], start
-        while t is not None and t.ident not in seen and t.wait and t.wait["kind"] == "lock":
+        while t is not None and t.ident not in seen and t.wait and t.wait.kind == "lock":
             seen.add(t.ident)
             path.append(t)
             t = _holder(t, by_ident)[0]
@@ -198,57 +161,57 @@ def _deadlock(d, cycle):
     names = [_name(t.wait) for t in cycle]
     return Cause("deadlock", "deadlock in %s: %s" % (label(d), "; ".join(parts)),
                  "take the locks in one order everywhere (e.g. always %s before %s), or guard them with one lock"
-                 % (names[-1], names[0]), [d["pid"]], [t.name for t in cycle])
+                 % (names[-1], names[0]), [d.pid], [t.name for t in cycle])
 
 
 def _lock(d, t, by_ident):
     """A thread waiting for a lock (not in a cycle): who holds it, and what that thread does."""
-    head = "%s: thread %s waits for %s in %s" % (label(d), t.name, _what(t.wait), t.where())
+    head = "%s: thread %s waits for %s in %s" % (label(d), t.name, _what(t.wait), _where(t))
     holder, facts = _holder(t, by_ident)
     name = _name(t.wait)
-    expr = t.wait["name"] if t.wait["name"] != "?" else "lock"  # for code in the next step
-    if t.handler and (not facts or facts["self"] or not (facts["ident"] or facts["gone"])):
+    expr = t.wait.name if t.wait.name != "?" else "lock"  # for code in the next step
+    if t.handler and (not facts or facts.self or not (facts.ident or facts.gone)):
         # Its own frames or an unknown holder: a handler called again and again while it waits
         # (a repeating timer) can push the interrupted code's frame out of the dump's reach.
         signal, _, handler = t.handler.partition(", ")
-        held = "holds the lock (%s)" % _how(facts) if facts and facts["self"] else "most likely holds the lock"
+        held = "holds the lock (%s)" % _how(facts) if facts and facts.self else "most likely holds the lock"
         return [Cause("lock", "%s: %s is the %s handler, and the code it interrupted %s: a handler runs on top "
                               "of whatever the main thread was doing, so it waits for itself forever"
                       % (head, handler, signal, held),
                       "take no lock in a signal handler: set a flag (or an Event) there and do the work in the main "
                       "loop; an RLock would let the handler see the data half updated",
-                      [d["pid"]], [t.name])]
-    if facts and facts["self"]:
+                      [d.pid], [t.name])]
+    if facts and facts.self:
         return [Cause("lock", "%s, which it already holds (%s): a threading.Lock cannot be taken twice by one "
                               "thread, so it waits forever" % (head, _how(facts)),
-                      "make %s a threading.RLock, or do not take it again while %s holds it" % (name, facts["func"]),
-                      [d["pid"]], [t.name])]
+                      "make %s a threading.RLock, or do not take it again while %s holds it" % (name, facts.func),
+                      [d.pid], [t.name])]
     if holder is not None:
         if holder.busy:
             return []  # it waits its turn while the holder computes: contention, not a hang
-        text = "%s; thread %s holds it (%s) and %s" % (head, holder.name, _how(facts), holder.now())
-        taken = frames.place(Frame(facts["file"], int(facts["line"]), facts["func"])) if facts["how"] else "?"
-        if facts["how"] == "acquire()":
+        text = "%s; thread %s holds it (%s) and %s" % (head, holder.name, _how(facts), _now(holder))
+        taken = frames.place(Frame(facts.file, int(facts.line), facts.func)) if facts.how else "?"
+        if facts.how == "acquire()":
             step = "make %s release %s on every path (taken at %s); `with %s:` instead of acquire() does that" % (
-                facts["func"], name, taken, expr)
+                facts.func, name, taken, expr)
         elif holder.wait:
             step = "find why thread %s's wait at %s does not end, or move that wait out of the `with %s:` block " \
                    "(%s)" % (holder.name, _place(holder.frame), expr, taken)
         else:
             step = "keep slow or blocking calls out of the `with %s:` block at %s (thread %s is %s there)" % (
-                expr, taken, holder.name, holder.doing() or "stuck")
-        return [Cause("lock", text, step, [d["pid"]], [t.name, holder.name])]
-    if facts and facts["gone"]:
+                expr, taken, holder.name, holder.doing or "stuck")
+        return [Cause("lock", text, step, [d.pid], [t.name, holder.name])]
+    if facts and facts.gone:
         return [Cause("lock", "%s, held by a thread that is no longer running (ident %s): a lock its owner never "
-                              "released stays locked after the owner ends" % (head, facts["gone"]),
+                              "released stays locked after the owner ends" % (head, facts.gone),
                       "release %s on every path of the thread that takes it (`with %s:` does)" % (name, expr),
-                      [d["pid"]], [t.name])]
-    if not facts or facts["ident"]:
+                      [d.pid], [t.name])]
+    if not facts or facts.ident:
         return []  # several holders (a semaphore), or one that ended during the dump: the dump shows them
     return [Cause("lock", "%s, held by an unknown thread: no thread's stack shows it taken (an acquire() in a "
                           "function that has returned, or a thread that has ended)" % head,
                   "look for a %s.acquire() whose release() is skipped on some path (an exception, an early "
-                  "return); `with %s:` releases on every path" % (expr, expr), [d["pid"]], [t.name])]
+                  "return); `with %s:` releases on every path" % (expr, expr), [d.pid], [t.name])]
 
 
 def _import(d, t, by_ident):
@@ -258,39 +221,39 @@ def _import(d, t, by_ident):
     holder, _facts = _holder(t, by_ident)
     if holder is None or holder is t:
         return []
-    module = t.wait["name"]
+    module = t.wait.name
     head = "%s: thread %s waits to import `%s` (%s), which thread %s is importing" % (
-        label(d), t.name, module, t.where(), holder.name)
-    if holder.joins and holder.joins["ident"] == t.ident:
+        label(d), t.name, module, _where(t), holder.name)
+    if holder.joins and holder.joins.ident == t.ident:
         how = "its top-level code waits in join at %s for thread %s" % (_place(holder.frame), t.name)
     elif holder.wait and _holder(holder, by_ident)[0] is t:
         how = "it waits for %s at %s, which thread %s holds" % (_what(holder.wait), _place(holder.frame), t.name)
     else:
-        return [Cause("import", "%s, and thread %s %s" % (head, holder.name, holder.now()),
+        return [Cause("import", "%s, and thread %s %s" % (head, holder.name, _now(holder)),
                       "find why the import of `%s` does not end in thread %s" % (module, holder.name),
-                      [d["pid"]], [t.name, holder.name])]
+                      [d.pid], [t.name, holder.name])]
     return [Cause("import-deadlock", "%s and cannot finish: %s: a deadlock" % (head, how),
                   "start no thread and wait for none (join, result(), a lock another thread may hold) in a "
                   "module's top-level code: a thread that imports the module (or anything that imports it) "
                   "waits for that import to end; move that code into a function the program calls after the "
-                  "import", [d["pid"]], [t.name, holder.name])]
+                  "import", [d.pid], [t.name, holder.name])]
 
 
 def _fork_copy(d, t, by_ident, parent):
     """In a child made by fork() without exec, a lock no thread of the child holds was, most likely,
     held by another thread of the parent at the fork: the child's copy stays locked forever."""
     facts = _holder(t, by_ident)[1]
-    if facts is None or facts["self"] or facts["name"] or not (facts["gone"] or facts["ident"] is None):
+    if facts is None or facts.self or facts.name or not (facts.gone or facts.ident is None):
         return []
     ran = " while thread%s %s ran there" % ("" if parent.fork_threads[0] == 1 else "s", parent.fork_threads[1]) \
         if parent is not None and parent.fork_threads else ""
     return [Cause("fork-lock", "%s: thread %s waits for %s in %s, held by no thread of this process: it was "
                                "made by fork() from pid %d%s, and a lock another thread holds at the fork stays "
-                               "locked in the child forever" % (label(d), t.name, _what(t.wait), t.where(),
-                                                                 d["ppid"], ran),
+                               "locked in the child forever" % (label(d), t.name, _what(t.wait), _where(t),
+                                                                 d.ppid, ran),
                   "start the child with the 'spawn' or 'forkserver' method (multiprocessing.get_context('spawn'), "
                   "DataLoader(multiprocessing_context='spawn')), or fork before starting threads",
-                  [d["pid"], d["ppid"]], [t.name])]
+                  [d.pid, d.ppid], [t.name])]
 
 
 def _fork_native(d, t, parent):
@@ -300,44 +263,44 @@ def _fork_native(d, t, parent):
     first parallel call waits for them forever (torch ops in a DataLoader worker forked after the
     parent computed)."""
     native = parent.fork_native if parent is not None else 0
-    if not native or t.busy or d["idle"] or "(futex)" not in (t.state or ""):
+    if not native or t.busy or d.idle or "(futex)" not in (t.state or ""):
         return []
     return [Cause("fork-lock", "%s: thread %s is blocked on a lock inside native code in %s, which no thread of "
                                "this process can release: it was made by fork() from pid %d while %d thread%s with "
                                "no Python stack ran there (a native pool: OpenMP, BLAS, gRPC), whose locks were "
                                "copied held and whose threads were not" % (
-                                   label(d), t.name, t.where(), d["ppid"], native, "" if native == 1 else "s"),
+                                   label(d), t.name, _where(t), d.ppid, native, "" if native == 1 else "s"),
                   "start the child with the 'spawn' or 'forkserver' method (multiprocessing.get_context('spawn'), "
                   "DataLoader(multiprocessing_context='spawn')), or fork before the parent's first parallel "
                   "computation (a pool starts at its first use: torch.set_num_threads(1) or OMP_NUM_THREADS=1 keeps "
-                  "it from starting)", [d["pid"], d["ppid"]], [t.name])]
+                  "it from starting)", [d.pid, d.ppid], [t.name])]
 
 
 def _flush_for_parent(d, t, by_ident, parent):
     """Does t wait for its multiprocessing Queue's feeder thread to flush into a pipe, while the
     parent waits for this process to end? The parent's queue-join cause tells that deadlock whole."""
-    target = by_ident.get(t.joins["ident"])
+    target = by_ident.get(t.joins.ident)
     if target is None or not any(f.function == "_feed" and frames.is_file(f.file, "multiprocessing/queues.py")
                                  for f in target.frames):
         return False
     stall = parent.stall if parent is not None else None
-    return bool(stall) and any(c.pid == d["pid"] for pt in stall.threads for c in notes.every(pt.notes, notes.Child))
+    return bool(stall) and any(c.pid == d.pid for pt in stall.threads for c in notes.every(pt.notes, notes.Child))
 
 
 def _join(d, t, by_ident, in_cycle):
-    target = by_ident.get(t.joins["ident"])
-    if target is None or target.busy or target.sleeping or target.serving:
+    target = by_ident.get(t.joins.ident)
+    if target is None or target.busy or target.sleeping or idle.serves(target):
         return []  # it ended, computes, idles in a sleep loop or serves: joining it is waiting, not stuck
     if t.main and _exiting(t):
         return []  # Python's own join at exit: the shutdown cause tells it
     if target.ident in in_cycle:
         now, step = "which is in the deadlock above", "end the deadlock above"
     else:
-        now = "which %s" % (target.now()[len("itself "):] if target.wait else target.now())
+        now = "which %s" % (_now(target)[len("itself "):] if target.wait else _now(target))
         step = "find why thread %s does not finish: it %s" % (target.name, now[len("which "):])
     return [Cause("join", "%s: thread %s waits in join at %s for thread %s, %s" % (
         label(d), t.name, _place(t.frame), target.name, now),
-        "%s; join(timeout=...) with is_alive() lets the caller notice" % step, [d["pid"]], [t.name, target.name])]
+        "%s; join(timeout=...) with is_alive() lets the caller notice" % step, [d.pid], [t.name, target.name])]
 
 
 def _starved(d, threads):
@@ -350,9 +313,9 @@ def _starved(d, threads):
             pools.setdefault(m.group(1), []).append(t)
     out = []
     for pool, workers in sorted(pools.items()):
-        if not all(w.wait and w.wait["kind"] == "future" and not w.busy for w in workers):
+        if not all(w.wait and w.wait.kind == "future" and not w.busy for w in workers):
             continue
-        w = next((w for w in workers if w.wait["detail"] == "not started"), None)
+        w = next((w for w in workers if w.wait.detail == "not started"), None)
         if w is None:
             continue
         n = len(workers)
@@ -362,10 +325,10 @@ def _starved(d, threads):
         out.append(Cause(
             "pool-starved", "%s: %s: thread %s waits in %s for the result of %s, which no worker has started; if "
             "it was submitted to this pool, it waits for a free worker that never comes" % (
-                label(d), head, w.name, w.where(), _what(w.wait)),
+                label(d), head, w.name, _where(w), _what(w.wait)),
             "do not wait inside a task for another task of the same pool: submit the inner work to a "
             "separate executor, return its future for the caller to wait on, or raise max_workers above "
-            "the depth of the nesting", [d["pid"]], [t.name for t in workers]))
+            "the depth of the nesting", [d.pid], [t.name for t in workers]))
     return out
 
 
@@ -380,20 +343,20 @@ def _shutdown(d, threads):
     if not keep:
         return []
     if any(f.function == "_python_exit" and f.file.endswith(_POOL_FILE) for f in main.frames):
-        tasks = "; ".join("thread %s %s" % (t.name, t.now()[len("itself "):] if t.wait else t.now()) for t in keep[:3])
+        tasks = "; ".join("thread %s %s" % (t.name, _now(t)[len("itself "):] if t.wait else _now(t)) for t in keep[:3])
         return [Cause("shutdown", "%s: the program's main code has finished, but at exit Python waits for the "
                                   "running task%s of a ThreadPoolExecutor: %s" % (
                                       label(d), "" if len(keep) == 1 else "s", tasks),
                       "make the task return (a timeout on its wait, an Event it checks): an executor's running "
                       "tasks are waited for at exit, and `shutdown(cancel_futures=True)` drops only those not yet "
-                      "started", [d["pid"]], [t.name for t in keep])]
+                      "started", [d.pid], [t.name for t in keep])]
     names = ", ".join("thread " + t.name for t in keep[:3]) + (" and %d more" % (len(keep) - 3) if keep[3:] else "")
-    where = "; ".join("%s is in %s%s" % (t.name, t.where(), " (%s)" % t.doing() if t.doing() else "")
+    where = "; ".join("%s is in %s%s" % (t.name, _where(t), " (%s)" % t.doing if t.doing else "")
                       for t in keep[:3])
     return [Cause("shutdown", "%s: the program's main code has finished, but non-daemon %s keep%s the process "
                               "alive: %s" % (label(d), names, "s" if len(keep) == 1 else "", where),
                   "create %s with daemon=True, or make %s stop (e.g. an Event it checks) before the main code "
-                  "ends" % (names, "it" if len(keep) == 1 else "them"), [d["pid"]], [t.name for t in keep])]
+                  "ends" % (names, "it" if len(keep) == 1 else "them"), [d.pid], [t.name for t in keep])]
 
 
 def _exiting(t):
@@ -404,18 +367,18 @@ def _exiting(t):
 def _deaths(d, p, threads):
     """A thread that died of an exception while the others wait (on a queue, an event, a join)."""
     alive = {t.name for t in threads}
-    waiting = sorted((t for t in threads if not t.busy and (t.joins or t.wait and t.wait["kind"] not in _LOCKS)),
+    waiting = sorted((t for t in threads if not t.busy and (t.joins or t.wait and t.wait.kind not in _LOCKS)),
                      key=lambda t: not t.main)
     out = []
     for death in p.deaths[-3:]:
         if death.thread in alive or not waiting:
             continue
         w, frame = waiting[0], frames.user_frame(death.frames)
-        since = d["stall"]["since"]
+        since = d.stall.since
         when = "%s after start, " % secs(death.time - p.first) if None not in (death.time, p.first) else ""
         gap = since - death.time if None not in (since, death.time) else 0
         when += "%s before the process went silent" % secs(gap) if gap >= 0.1 else "just before the process went silent"
-        waits = "in join for thread %s" % w.joins["name"] if w.joins else "for %s" % _waiting_on(w.wait)
+        waits = "in join for thread %s" % w.joins.name if w.joins else "for %s" % _waiting_on(w.wait)
         if death.text.startswith("SystemExit"):
             out.append(_thread_exit(d, death, frame, when, w, waits))
             continue
@@ -425,7 +388,7 @@ def _deaths(d, p, threads):
                          "fix the %s in %s; to fail fast instead of hanging, give the wait a timeout (%s) and "
                          "check the worker's is_alive()" % (death.text.partition(":")[0], frames.where(frame),
                                                             _timed(w)),
-                         [d["pid"]], [death.thread, w.name]))
+                         [d.pid], [death.thread, w.name]))
     return out
 
 
@@ -438,7 +401,7 @@ def _thread_exit(d, death, frame, when, w, waits):
                      label(d), death.thread, code, frames.where(frame), when, w.name, waits, _place(w.frame)),
                  "to end the program from a thread, tell the main thread (put a sentinel or the error on the queue, "
                  "set an Event) and exit there; give the wait a timeout and check the thread's is_alive()",
-                 [d["pid"]], [death.thread, w.name])
+                 [d.pid], [death.thread, w.name])
 
 
 
@@ -447,23 +410,23 @@ def _unmarked(d, threads):
     task_done() (an exception or a `continue` skipped it), so the join never returns."""
     out = []
     for t in threads:
-        if not (t.wait and t.wait["kind"] == "queue" and t.wait["unfinished"]):
+        if not (t.wait and t.wait.kind == "queue" and t.wait.unfinished):
             continue
-        getters = [o for o in threads if o is not t and o.wait and o.wait["kind"] == "queue"
-                   and o.wait["name"].rpartition(".")[2] == t.wait["name"].rpartition(".")[2]
-                   and o.wait["detail"] == "get"]
-        if not getters and t.wait["name"] == "?":
+        getters = [o for o in threads if o is not t and o.wait and o.wait.kind == "queue"
+                   and o.wait.name.rpartition(".")[2] == t.wait.name.rpartition(".")[2]
+                   and o.wait.detail == "get"]
+        if not getters and t.wait.name == "?":
             continue
         consumers = "; its consumer%s %s wait%s in get() for more (%s)" % (
             "" if len(getters) == 1 else "s", ", ".join("thread " + g.name for g in getters[:3]),
-            "s" if len(getters) == 1 else "", ", ".join(g.where() for g in getters[:3])) if getters else ""
+            "s" if len(getters) == 1 else "", ", ".join(_where(g) for g in getters[:3])) if getters else ""
         out.append(Cause(
             "task-done", "%s: thread %s waits in join() at %s for %s unfinished item%s of %s, which is empty%s: "
             "an item was got without task_done(), so join() never returns" % (
-                label(d), t.name, _place(t.frame), t.wait["unfinished"], "" if t.wait["unfinished"] == 1 else "s", _what(t.wait),
+                label(d), t.name, _place(t.frame), t.wait.unfinished, "" if t.wait.unfinished == 1 else "s", _what(t.wait),
                 consumers),
             "call task_done() once for every get(), in a `finally:` so that an exception or a `continue` "
-            "cannot skip it", [d["pid"]], [t.name] + [g.name for g in getters]))
+            "cannot skip it", [d.pid], [t.name] + [g.name for g in getters]))
     return out
 
 
@@ -471,15 +434,15 @@ def _unset(d, threads):
     """A Future no worker has started, waited on in a process with no executor's worker thread: a
     Future made by hand whose result nothing is left to set (or an executor already shut down)."""
     if any(_POOL_WORKER.match(t.name) or any("concurrent/futures/" in f.file for f in t.frames)
-           for t in threads if not t.wait or t.wait["kind"] != "future"):
+           for t in threads if not t.wait or t.wait.kind != "future"):
         return []  # an executor's work (a thread pool's worker, a process pool's manager): it may yet run it
     return [Cause(
         "future-unset", "%s: thread %s waits in result() at %s for %s, which no executor runs: only a call of "
         "its set_result() can end the wait, and none has come" % (label(d), t.name, _place(t.frame), _what(t.wait)),
         "find the code meant to call set_result() on it (a reply that never came, a callback never "
         "registered, a request never sent), and give result() a timeout so a lost reply becomes an error",
-        [d["pid"]], [t.name]) for t in threads
-        if t.wait and t.wait["kind"] == "future" and t.wait["detail"] == "not started" and not t.busy]
+        [d.pid], [t.name]) for t in threads
+        if t.wait and t.wait.kind == "future" and t.wait.detail == "not started" and not t.busy]
 
 
 # What a thread can wait on that only another thread of its process ends (a queue.Queue, a
@@ -495,16 +458,16 @@ def _stranded(d, threads):
     signal handler of the program's could (a handler setting the Event, any handler installed), nor
     for a process idle by its stacks."""
     mine = [t for t in threads if not t.name.startswith("earlylog")]
-    waiting = [t for t in mine if t.wait and t.wait["kind"] in _IN_PROCESS and t.wait["detail"] != "join"]
+    waiting = [t for t in mine if t.wait and t.wait.kind in _IN_PROCESS and t.wait.detail != "join"]
     joining = [t for t in mine if t.joins and not t.wait]
-    if d["idle"] or len(waiting) < 2 or len(waiting) + len(joining) != len(mine) or \
+    if d.idle or len(waiting) < 2 or len(waiting) + len(joining) != len(mine) or \
             any(t.busy or t.sleeping or t.wakeable for t in mine):
         return []
     mine.sort(key=lambda t: not t.main)
-    each = "; ".join("thread %s %s" % (t.name, "waits in join for thread %s" % t.joins["name"] if t in joining else
-                                       "waits for %s in %s" % (_waiting_on(t.wait), t.where())) for t in mine[:4])
+    each = "; ".join("thread %s %s" % (t.name, "waits in join for thread %s" % t.joins.name if t in joining else
+                                       "waits for %s in %s" % (_waiting_on(t.wait), _where(t))) for t in mine[:4])
     more = " (and %d more)" % (len(mine) - 4) if len(mine) > 4 else ""
-    kinds = {t.wait["kind"] for t in waiting}
+    kinds = {t.wait.kind for t in waiting}
     step = "a notify() that came before the wait began is lost: wait for the state itself, `cv.wait_for(lambda: " \
            "ready)`; " if "condition" in kinds else ""
     step += "find the thread meant to %s (%s), and give the wait a timeout (%s) so that a lost wake-up becomes " \
@@ -512,38 +475,38 @@ def _stranded(d, threads):
                           "one that ended early, a sentinel never sent, fewer items put than got" if "queue" in kinds
                           else "one that ended early or never started", _timed(waiting[0]))
     return [Cause("stranded", "%s: every thread waits for another, and none is left to wake them: %s%s" % (
-        label(d), each, more), step, [d["pid"]], [t.name for t in mine])]
+        label(d), each, more), step, [d.pid], [t.name for t in mine])]
 
 
 def _wakes(wait):
     """What the thread that was to wake this wait does: `put into queue `results``."""
-    return {"queue": ("get from %s" if wait["detail"] == "put" else "put into %s") % _what(wait),
+    return {"queue": ("get from %s" if wait.detail == "put" else "put into %s") % _what(wait),
             "event": "set %s" % _what(wait), "condition": "notify %s" % _what(wait),
-            "barrier": "reach %s" % _what(wait)}[wait["kind"]]
+            "barrier": "reach %s" % _what(wait)}[wait.kind]
 
 
 def _timed(t):
     """A thread's wait as the program would write it with a timeout: `queue.put(timeout=...)`."""
     if t.joins:
         return "join(timeout=...)"
-    kind = t.wait["kind"]
+    kind = t.wait.kind
     if kind == "queue":
-        return "queue.%s(timeout=...)" % ("put" if t.wait["detail"] == "put" else "get")
+        return "queue.%s(timeout=...)" % ("put" if t.wait.detail == "put" else "get")
     return {"future": "result(timeout=...)", "event": "wait(timeout=...)", "condition": "wait(timeout=...)",
             "barrier": "wait(timeout=...)"}.get(kind, "e.g. queue.get(timeout=...)")
 
 
 def _waiting_on(wait):
     what = _what(wait)
-    return {"queue": ("room in %s" if wait["detail"] == "put" else "an item from %s") % what,
+    return {"queue": ("room in %s" if wait.detail == "put" else "an item from %s") % what,
             "condition": "a notify on %s" % what, "future": "the result of %s" % what,
-            "barrier": "the other parties at %s" % what}.get(wait["kind"], what)
+            "barrier": "the other parties at %s" % what}.get(wait.kind, what)
 
 
 # --- C code holding the GIL ------------------------------------------------------------------
 
 def _gil(d, p):
-    threads = [_Thread(t) for t in p.stall.threads if t.frames]
+    threads = [t for t in p.stall.threads if t.frames]
     t = next((t for t in threads if t.main), threads[0] if threads else None)
     if t is None:
         return []
@@ -554,7 +517,7 @@ def _gil(d, p):
                          "watchdog neither; this stack is faulthandler's): thread %s is in %s, called from %s" % (
                              label(d), secs(p.gil.seconds), t.name, call or "a C function", frames.where(t.frame)),
                   "find what keeps %s busy at %s%s; `py-spy dump --native --pid %d` shows its C frames" % (
-                      call or "the C call", _place(t.frame), hint, d["pid"]), [d["pid"]], [t.name])]
+                      call or "the C call", _place(t.frame), hint, d.pid), [d.pid], [t.name])]
 
 
 def _c_call(stack):
@@ -600,7 +563,7 @@ def _overflow(d, p):
         "make %s iterative, or bound its depth (%s)%s" % (
             top.function, _place(top), "; a sys.setrecursionlimit above what the C stack holds turns a RecursionError "
                                  "into this crash" if p.crash is not None else ""),
-        [d["pid"]], [name])]
+        [d.pid], [name])]
 
 
 def _repeats(stack):
@@ -625,36 +588,36 @@ def _run_stopped(report, folder):
     moment its next line was due: a stalled one's next dump (at twice its silence), any other's
     first stall dump."""
     ended = []
-    for d in report["processes"]:
-        p = folder.procs.get((d["host"], d["pid"]))
-        if d["state"] not in ("vanished", "killed") or p is None or d["last_seen"] is None:
+    for d in report.processes:
+        p = folder.procs.get((d.host, d.pid))
+        if d.state not in ("vanished", "killed") or p is None or d.last_seen is None:
             continue
         late = p.stall_after or DEFAULT_STALL
-        if d["stall"] and d["stall"]["since"] is not None:
-            late = max(late, d["last_seen"] - d["stall"]["since"])
-        ended.append((d["last_seen"], d["last_seen"] + max(late, MOMENT), d))
+        if d.stall and d.stall.since is not None:
+            late = max(late, d.last_seen - d.stall.since)
+        ended.append((d.last_seen, d.last_seen + max(late, MOMENT), d))
     group = max(([e for e in ended if e[0] <= lo <= e[1]] for lo, _, _ in ended), key=len, default=[])
     if len(group) < 2:
         return []
     procs = [d for _, _, d in group]
     clock = time.strftime("%H:%M:%S", time.localtime(max(lo for lo, _, _ in group)))
-    whole = not [d for d in report["processes"] if d["status"] is None and d["state"] != "terminated"
+    whole = not [d for d in report.processes if d.status is None and d.state != "terminated"
                  and d not in procs]
     head = "the whole run was stopped at %s: %d processes at once" % (clock, len(procs)) if whole else \
         "%d processes were stopped at once at %s" % (len(procs), clock)
-    pids = ", ".join(str(d["pid"]) for d in procs[:8]) + (", ..." if procs[8:] else "")
-    oom = [d for d in procs if (d["memory"] or {}).get("oom_kill_rose") or (d["memory"] or {}).get("near_limit")]
+    pids = ", ".join(str(d.pid) for d in procs[:8]) + (", ..." if procs[8:] else "")
+    oom = [d for d in procs if d.memory and (d.memory.oom_kill_rose or d.memory.near_limit)]
     if oom:
         return [Cause("run-stopped", "%s (pids %s), after %s's memory breadcrumbs showed the cgroup's memory "
                                      "full or its OOM killer at work: likely the kernel's OOM killer"
                       % (head, pids, label(oom[0])),
                       "lower the memory use (batch size, workers, cached data) or raise the job's memory limit; "
-                      "confirm with `dmesg -T | grep -i oom` on that host", [d["pid"] for d in procs], [])]
-    how = "by SIGTERM" if all(d["state"] == "killed" for d in procs) else "none with an exit record"
+                      "confirm with `dmesg -T | grep -i oom` on that host", [d.pid for d in procs], [])]
+    how = "by SIGTERM" if all(d.state == "killed" for d in procs) else "none with an exit record"
     return [Cause("run-stopped", "%s (pids %s), %s" % (head, pids, how),
                   "that came from outside the processes: check the job scheduler's record (a time limit, a "
                   "cancel, a preemption) or what killed the process group; `dmesg -T | grep -i oom` rules the "
-                  "OOM killer in or out", [d["pid"] for d in procs], [])]
+                  "OOM killer in or out", [d.pid for d in procs], [])]
 
 
 def _first_failure(report):
@@ -662,30 +625,30 @@ def _first_failure(report):
     other: the first failure is the one to fix; the later ones (a peer's connection closed, a
     collective aborted) most likely follow from it."""
     groups = {}
-    for d in report["processes"]:
-        if d["state"] in ("failed", "crashed") and d["end"] is not None:
-            key = ("ranks", d["job"]) if d["rank"] is not None else (d["host"], d["ppid"])
+    for d in report.processes:
+        if d.state in ("failed", "crashed") and d.end is not None:
+            key = ("ranks", d.job) if d.rank is not None else (d.host, d.ppid)
             groups.setdefault(key, []).append(d)
     out = []
     for group in groups.values():
-        group.sort(key=lambda d: d["end"])
+        group.sort(key=lambda d: d.end)
         first = group[0]
         # Only peers that ran beside it: a process started after it ended did not follow from it.
-        rest = [d for d in group[1:] if d["end"] - first["end"] <= FOLLOW and (d["start"] or 0) <= first["end"]]
-        if not rest or rest[0]["end"] - first["end"] < APART:
+        rest = [d for d in group[1:] if d.end - first.end <= FOLLOW and (d.start or 0) <= first.end]
+        if not rest or rest[0].end - first.end < APART:
             continue  # alone, or no one failed first: nothing follows from anything
-        then = "; ".join("%s %s after it (%s)" % (label(d), secs(d["end"] - first["end"]), _short(_failure(d)))
+        then = "; ".join("%s %s after it (%s)" % (label(d), secs(d.end - first.end), _short(_failure(d)))
                          for d in rest[:3]) + ("; and %d more" % (len(rest) - 3) if rest[3:] else "")
         out.append(Cause("first-failure", "%s failed first: %s; then %s" % (label(first), _failure(first), then),
                          "fix the error of %s first: the later failures most likely follow from it (a peer "
-                         "that stopped answering)" % label(first), [first["pid"]] + [d["pid"] for d in rest], []))
+                         "that stopped answering)" % label(first), [first.pid] + [d.pid for d in rest], []))
     return out
 
 
 def _failure(d):
     """`ValueError: bad shard in load at x.py:8`, or `Segmentation fault in f at x.py:3`."""
-    return d["summary"].partition(": ")[2] if d["state"] == "crashed" else \
-        d["summary"].partition(" after ")[2].partition(": ")[2] or d["summary"]
+    return d.summary.partition(": ")[2] if d.state == "crashed" else \
+        d.summary.partition(" after ")[2].partition(": ")[2] or d.summary
 
 
 def _short(text):
@@ -699,22 +662,22 @@ def _short(text):
 
 def _name(wait):
     """`cache_lock` as the code names it, or `an unnamed lock`."""
-    return "`%s`" % wait["name"] if wait["name"] != "?" else "an unnamed %s" % wait["kind"]
+    return "`%s`" % wait.name if wait.name != "?" else "an unnamed %s" % wait.kind
 
 
 def _what(wait):
     """`lock `cache_lock``, or `an unnamed lock`."""
-    return "%s `%s`" % (wait["kind"], wait["name"]) if wait["name"] != "?" else "an unnamed %s" % wait["kind"]
+    return "%s `%s`" % (wait.kind, wait.name) if wait.name != "?" else "an unnamed %s" % wait.kind
 
 
 def _how(facts, func=True):
     """`with block at x.py:6 in f` or `acquired in f at x.py:10, never released since`."""
-    if not facts or not facts["how"]:
+    if not facts or not facts.how:
         return "where is not known"
-    place = frames.place(Frame(facts["file"], int(facts["line"]), facts["func"]))
-    if facts["how"] == "with block":
-        return "with block at %s%s" % (place, " in " + facts["func"] if func else "")
-    return "acquired%s at %s, never released since" % (" in " + facts["func"] if func else "", place)
+    place = frames.place(Frame(facts.file, int(facts.line), facts.func))
+    if facts.how == "with block":
+        return "with block at %s%s" % (place, " in " + facts.func if func else "")
+    return "acquired%s at %s, never released since" % (" in " + facts.func if func else "", place)
 
 
 def _place(frame):

@@ -1,7 +1,8 @@
 """Judges a read folder: each process's state (running, idle, stalled, exited, crashed, killed,
 terminated, vanished, unknown) and the cross-process story (straggler rank, parent waiting on a
 child, likely cause), each host's processes by what can be known from this one.
-It only looks (its own /proc reads included) and returns plain data; it never prints or writes."""
+It fills the judged model (read/model.py: a Report of Process records; judge() gives its --json
+form). It only looks (its own /proc reads included); it never prints or writes."""
 import os
 import re
 import time
@@ -9,16 +10,15 @@ import time
 from earlylog import __version__
 from earlylog.read import async_causes, greenlets, idle, known, registry
 from earlylog.read.causes import busy, first_line, label, secs
-from earlylog.read.frames import (awaited_words, call_name, frame_dict, frame_tuple, in_event_loop, library,
+from earlylog.read.frames import (awaited_words, call_name, in_event_loop, library,
                                   task_chains, user_frame, where)
+from earlylog.read.model import Memory, Process, Raised, Report, Retrying, StallRecord, WaitedBy
 from earlylog.runtime import notes, records
 
 SCHEMA = 1
 TROUBLE = ("stalled", "crashed", "killed", "vanished", "failed")
 ALIKE = 3  # processes of one parent that ended the same way are told in one verdict line
 _STOPPED = ("T", "t")  # kernel states of a process held stopped: by a signal, by a tracer
-_CRASHES = {"Segmentation fault": "SIGSEGV", "Floating point exception": "SIGFPE", "Aborted": "SIGABRT",
-            "Bus error": "SIGBUS", "Illegal instruction": "SIGILL"}
 _OOM_HOW = "confirm with `dmesg -T | grep -i oom` or `journalctl -k | grep -i oom` on that host"
 
 
@@ -49,50 +49,30 @@ def _stuck_thread(stall):
     return named or _main_thread(stall.threads)
 
 
-def _thread_dict(t):
-    state, phase = notes.first(t.notes, notes.State), notes.first(t.notes, notes.Phase)
-    return {"name": t.name, "main": t.main, "state": state and state.text, "phase": phase and phase.text,
-            "frame": frame_dict(user_frame(t.frames)), "call": call_name(t.frames),
-            "frames": [_with_code(frame_dict(f), t.code.get(i)) for i, f in enumerate(t.frames)], "notes": list(t.notes)}
-
-
-def _with_code(frame, code):
-    """A FRAME with its source line (`code`) where the dump wrote one."""
-    if code is not None:
-        frame["code"] = code
-    return frame
-
-
 def _memory(p):
     """What the `mem:` breadcrumbs say about an OOM kill, or None when there are none."""
     if not p.mem:
         return None
     counts = [c for c in (records.parse_mem(t)[0] for t in p.mem) if c is not None]
     _count, share, rose = records.parse_mem(p.mem[-1])
-    return {"first": p.mem[0], "last": p.mem[-1],
-            "oom_kill_rose": rose or (len(counts) == 2 and counts[1] > counts[0]),
-            "near_limit": share is not None and share >= 90}
+    return Memory(first=p.mem[0], last=p.mem[-1], oom_kill_rose=rose or (len(counts) == 2 and counts[1] > counts[0]),
+                  near_limit=share is not None and share >= 90)
 
 
 def _process(p, now, here):
     """One process as the --json schema says: what it is, how it ended (or stands), and where."""
-    d = {"host": p.host, "pid": p.pid, "ppid": p.ppid, "grandparent": p.grandparent, "tag": p.tag,
-         "title": p.title, "rank": p.rank, "local_rank": p.place.get("local_rank"),
-         "node_rank": p.place.get("node_rank"), "world_size": p.place.get("world_size"),
-         "restart": p.place.get("restart"),
-         "job": p.place.get("job"), "command": p.argv, "idle": None, "checked_here": False, "kernel_state": None,
-         "killed_by": None, "still_starting": p.starting,
-         "files": [os.path.basename(f) for f in p.files], "start": p.first, "last_seen": p.last,
-         "end": None, "state": None, "status": p.exit.status, "summary": "", "where": None, "phase": None,
-         "stall": None, "crash": None, "exception": None, "memory": _memory(p), "warnings": list(p.warnings),
-         "phases": [{"name": e.name, "begin": e.begin, "end": e.end, "outcome": e.outcome} for e in p.phases + p.open],
-         "children": [], "waited_by": None, "retrying": None, "earlylog": p.version, "exit_call": p.exit.call, "exit_note": None, "exit_next": None}
+    d = Process(host=p.host, pid=p.pid, ppid=p.ppid, grandparent=p.grandparent, tag=p.tag, title=p.title, rank=p.rank,
+                local_rank=p.place.get("local_rank"), node_rank=p.place.get("node_rank"),
+                world_size=p.place.get("world_size"), restart=p.place.get("restart"), job=p.place.get("job"),
+                command=p.argv, checked_here=False, still_starting=p.starting,
+                files=[os.path.basename(f) for f in p.files], start=p.first, last_seen=p.last, status=p.exit.status,
+                summary="", memory=_memory(p), warnings=list(p.warnings), phases=p.phases + p.open, children=[],
+                earlylog=p.version, exit_call=p.exit.call)
     if p.open:
-        d["phase"] = p.open[-1].name
+        d.phase = p.open[-1].name
     raised = _raised(p)
     if raised is not None:
-        d["exception"] = {"text": raised.text, "frame": frame_dict(user_frame(raised.frames)),
-                          "printed": raised is not p.exception}
+        d.exception = Raised(text=raised.text, frame=user_frame(raised.frames), printed=raised is not p.exception)
     # A stall told while other threads printed (a thread that made no progress, no training step)
     # is not ended by their output: only by its `over` line.
     stalled_at_end = p.stall is not None and p.stall.over is None and p.exec is None and \
@@ -101,14 +81,14 @@ def _process(p, now, here):
     if stalled_at_end or cut:
         stalled_at_end = True
         main = _stuck_thread(p.stall)
-        d["stall"] = {"since": p.exit.before if cut else p.activity, "text": p.stall.text, "threads": [_thread_dict(t) for t in p.stall.threads],
-                      "main": _thread_dict(main) if main else None}
-        d["where"] = frame_dict(user_frame(main.frames)) if main else None
+        d.stall = StallRecord(since=p.exit.before if cut else p.activity, text=p.stall.text, threads=p.stall.threads,
+                              main=main)
+        d.where = user_frame(main.frames) if main else None
     # Local: this host's /proc can say whether it still runs. Without a readable time a reused
     # pid cannot be told apart, so liveness then stays unknown.
-    local = d["checked_here"] = (p.host is None or p.host == here) and p.first is not None
+    local = d.checked_here = (p.host is None or p.host == here) and p.first is not None
     ended = p.crash is not None or p.exit.status is not None or p.signal is not None
-    letter = d["kernel_state"] = _alive(p.pid, p.first) if local and not ended else None  # running here
+    letter = d.kernel_state = _alive(p.pid, p.first) if local and not ended else None  # running here
     if p.crash is not None:
         _crashed(d, p)
     elif p.exit.status is not None:
@@ -118,31 +98,31 @@ def _process(p, now, here):
     elif p.exec is not None:
         _replaced(d, p, letter, now)
     elif letter:
-        d["state"] = "stalled" if stalled_at_end else "running"
+        d.state = "stalled" if stalled_at_end else "running"
     elif local and p.unrecorded:
-        d["state"] = "unknown"
-        d["summary"] = "no longer running; how it ended was not recorded: earlylog's own %s (its output says " \
-                       "how it ended)" % p.unrecorded
+        d.state = "unknown"
+        d.summary = "no longer running; how it ended was not recorded: earlylog's own %s (its output says " \
+                    "how it ended)" % p.unrecorded
     elif local:
-        d["state"], d["end"] = "vanished", p.last
-        d["summary"] = "vanished: no exit record and no longer running, last sign of life %s after start" % (
+        d.state, d.end = "vanished", p.last
+        d.summary = "vanished: no exit record and no longer running, last sign of life %s after start" % (
             _span(p.first, p.last))
     else:
-        d["state"] = "stalled" if stalled_at_end else "unknown"
+        d.state = "stalled" if stalled_at_end else "unknown"
         if not stalled_at_end:
-            d["summary"] = "no exit record, and whether it still runs cannot be checked here (%s)" % (
+            d.summary = "no exit record, and whether it still runs cannot be checked here (%s)" % (
                 "no readable time in its lines" if p.first is None else "it ran on host %s" % p.host)
     if stalled_at_end:
         _idle(d, p)
         _stall_summary(d, p, now, local)
         if cut and _stuck(d):
-            d["state"] = "stalled"
-            d["summary"] = "%s until %s own code around that call ended the process (%s): a hang cut short, the " \
-                           "call never returned" % (d["stall"]["summary"], "Ray's" if _ray(d) else "the library's",
-                                                    _exit_call(p.exit))
-    elif d["state"] == "running" and p.exec is None:
-        d["summary"] = "running, last sign of life %s ago" % secs(now - (p.last or now))
-    if d["state"] in ("running", "stalled", "idle", "busy") and letter in _STOPPED:
+            d.state = "stalled"
+            d.summary = "%s until %s own code around that call ended the process (%s): a hang cut short, the " \
+                        "call never returned" % (d.stall.summary, "Ray's" if _ray(d) else "the library's",
+                                                 _exit_call(p.exit))
+    elif d.state == "running" and p.exec is None:
+        d.summary = "running, last sign of life %s ago" % secs(now - (p.last or now))
+    if d.state in ("running", "stalled", "idle", "busy") and letter in _STOPPED:
         _stopped(d, p, now, letter)
     if not local:
         _elsewhere(d, p, now)
@@ -154,30 +134,25 @@ def _replaced(d, p, letter, now):
     without earlylog): no trouble of its own; what the pid runs now, or that its end is unknown."""
     call, words = p.exec
     if letter:
-        d["state"] = "running"
-        d["summary"] = "runs `%s` since %s replaced the program; that one writes no log here, last sign of life " \
-                       "%s ago" % (words, call, secs(now - (p.last or now)))
+        d.state = "running"
+        d.summary = "runs `%s` since %s replaced the program; that one writes no log here, last sign of life " \
+                    "%s ago" % (words, call, secs(now - (p.last or now)))
     else:
-        d["state"], d["end"] = "unknown", p.last
-        d["summary"] = "replaced itself with `%s` (%s) after %s; how that program ended is not recorded here: " \
-                       "its status is what its launcher saw" % (words, call, _span(p.first, p.last))
+        d.state, d.end = "unknown", p.last
+        d.summary = "replaced itself with `%s` (%s) after %s; how that program ended is not recorded here: " \
+                    "its status is what its launcher saw" % (words, call, _span(p.first, p.last))
 
 
 def _stopped(d, p, now, letter):
     """A process the kernel holds stopped writes nothing, its watchdog included, so no stall dump
     says so: a SIGSTOP, Ctrl-Z, a background job that read from or wrote to its terminal, or a
     debugger. It is stuck until someone resumes it."""
-    d["state"], d["idle"] = "stalled", None
+    d.state, d.idle = "stalled", None
     how = "by a debugger or tracer (kernel state t): detach it" if letter == "t" else \
         "by a signal (kernel state T: SIGSTOP, Ctrl-Z, or a background job that read from or wrote to its " \
-        "terminal): `kill -CONT %d` resumes it, `fg` in the shell that started it" % d["pid"]
-    d["summary"] = "stopped %s; last sign of life %s ago" % (how, secs(now - (p.last or now))) + (
-        "; it had %s" % d["stall"]["summary"] if d["stall"] else "")
-
-
-def _computing(t):
-    """Is a thread (as --json has it) running on a CPU, as its state note says?"""
-    return (t["state"] or "").startswith("busy:")
+        "terminal): `kill -CONT %d` resumes it, `fg` in the shell that started it" % d.pid
+    d.summary = "stopped %s; last sign of life %s ago" % (how, secs(now - (p.last or now))) + (
+        "; it had %s" % d.stall.summary if d.stall else "")
 
 
 def _idle(d, p):
@@ -185,59 +160,57 @@ def _idle(d, p):
     sleep loop), or whose worker pool titles it idle (`ray::IDLE`), is idleness, not a hang: state
     `idle`, and the reason (see idle.py)."""
     # A thread the watchdog saw make no progress on a partner, or no training step, is no idleness.
-    d["idle"] = None if p.stall.noisy else (
+    d.idle = None if p.stall.noisy else (
         idle.reason(p.stall.threads) or idle.by_title(p.title) or idle.at_terminal([p.stall.text]))
-    if d["idle"] and async_causes.orphaned(p):
-        d["idle"] = None  # a task died, and the others wait for what it would have produced
-    if d["idle"] and d["state"] == "stalled":
-        d["state"] = "idle"
-    elif d["state"] == "stalled" and busy(p.stall.text):
-        d["state"] = "busy"  # its CPU time still rose: computing (docs/design.md#busy-is-not-stuck)
+    if d.idle and async_causes.orphaned(p):
+        d.idle = None  # a task died, and the others wait for what it would have produced
+    if d.idle and d.state == "stalled":
+        d.state = "idle"
+    elif d.state == "stalled" and busy(p.stall.text):
+        d.state = "busy"  # its CPU time still rose: computing (docs/design.md#busy-is-not-stuck)
 
 
 def _elsewhere(d, p, now):
     """A process on another host is judged by its lines alone: say how old the newest one is."""
-    if d["state"] in ("stalled", "idle", "busy", "unknown") and p.last is not None:
-        d["summary"] += "; its last line is %s old" % secs(max(0.0, now - p.last))
+    if d.state in ("stalled", "idle", "busy", "unknown") and p.last is not None:
+        d.summary += "; its last line is %s old" % secs(max(0.0, now - p.last))
 
 
 def _crashed(d, p):
     main = _main_thread(p.crash.threads)
-    signal = _CRASHES.get(p.crash.what)
-    d["crash"] = {"what": p.crash.what, "signal": signal,
-                  "threads": [_thread_dict(t) for t in p.crash.threads]}
-    d["where"] = frame_dict(user_frame(main.frames)) if main else None
-    d["state"], d["end"] = "crashed", p.last
-    d["summary"] = "crashed: %s%s in %s" % (p.crash.what, " (%s)" % signal if signal else "",
-                                             where(user_frame(main.frames) if main else None))
+    signal = p.crash.signal
+    d.crash = p.crash
+    d.where = user_frame(main.frames) if main else None
+    d.state, d.end = "crashed", p.last
+    d.summary = "crashed: %s%s in %s" % (p.crash.what, " (%s)" % signal if signal else "",
+                                         where(user_frame(main.frames) if main else None))
 
 
 def _exited(d, p):
-    d["end"] = p.exit.time
-    d["state"] = "exited" if p.exit.status == 0 else "failed"
-    d["summary"] = "exited with status %d after %s" % (p.exit.status, _span(p.first, p.exit.time))
+    d.end = p.exit.time
+    d.state = "exited" if p.exit.status == 0 else "failed"
+    d.summary = "exited with status %d after %s" % (p.exit.status, _span(p.first, p.exit.time))
     if p.exit.flush is not None:
         _flush_failed(d, p)
     elif p.exit.by is not None and p.exit.call and p.exit.call.startswith("os._exit(") and _os_exit(d, p):
-        d["summary"] += ": " + d["exit_note"]
-    elif d["exception"] is not None and p.exit.status != 0:
-        d["where"] = d["exception"]["frame"]
-        d["summary"] += ": %s in %s" % (first_line(d["exception"]["text"]), where(frame_tuple(d["where"])))
+        d.summary += ": " + d.exit_note
+    elif d.exception is not None and p.exit.status != 0:
+        d.where = d.exception.frame
+        d.summary += ": %s in %s" % (first_line(d.exception.text), where(d.where))
     elif p.exit.status != 0 and p.exit.call:
-        d["summary"] += ": " + p.exit.call  # sys.exit(3) in load_config at cfg.py:5
+        d.summary += ": " + p.exit.call  # sys.exit(3) in load_config at cfg.py:5
     elif _lost_work(d):
-        d["summary"] += ", but %s in %s" % (first_line(d["exception"]["text"]),
-                                            where(frame_tuple(d["exception"]["frame"])))
+        d.summary += ", but %s in %s" % (first_line(d.exception.text), where(d.exception.frame))
     elif p.exit.daemons and p.exit.status == 0:
-        d["exit_note"] = "ended with daemon %s still at work (%s): Python stops daemon threads at exit without a " \
-                         "word, wherever they are" % ("threads" if "," in p.exit.daemons else "thread", p.exit.daemons)
-        d["exit_next"] = "if that work must finish (a checkpoint, an upload, a flush), join the thread before the " \
-                         "program ends, or make it a non-daemon thread"
-        d["summary"] += ": " + d["exit_note"]
+        d.exit_note = "ended with daemon %s still at work (%s): Python stops daemon threads at exit without a " \
+                      "word, wherever they are" % ("threads" if "," in p.exit.daemons else "thread", p.exit.daemons)
+        d.exit_next = "if that work must finish (a checkpoint, an upload, a flush), join the thread before the " \
+                      "program ends, or make it a non-daemon thread"
+        d.summary += ": " + d.exit_note
     if p.signal is not None and p.signal.after_exit:
         # Its exit record is written before the interpreter shuts down; a supervisor's SIGTERM (torchrun
         # stopping the other ranks) can still end it there, and the status its parent sees is -15.
-        d["summary"] += "; then it %s during its shutdown (its parent sees -15)" % p.signal.text
+        d.summary += "; then it %s during its shutdown (its parent sees -15)" % p.signal.text
 
 
 def _cut_short(p):
@@ -262,7 +235,7 @@ def _exit_call(e):
 
 
 def _ray(d):
-    return (d["title"] or "").startswith("ray::") or "/ray/" in (d["command"] or "")
+    return (d.title or "").startswith("ray::") or "/ray/" in (d.command or "")
 
 
 def _os_exit(d, p):
@@ -273,29 +246,29 @@ def _os_exit(d, p):
     if by == "the main thread" and p.forked:
         return  # a child made by os.fork() ends so on purpose: its parent's atexit and buffers are not its own
     if by == "the main thread":
-        d["exit_note"] = "ended by %s: os._exit ends the process at once, %s" % (p.exit.call, skipped)
-        d["exit_next"] = "use sys.exit() unless skipping that clean-up is meant"
+        d.exit_note = "ended by %s: os._exit ends the process at once, %s" % (p.exit.call, skipped)
+        d.exit_next = "use sys.exit() unless skipping that clean-up is meant"
         return True
-    d["exit_note"] = "ended by %s, called from %s%s: os._exit ends the whole process from any thread, at once, " \
-                     "%s, so the main thread's work stopped there" % (
-                         p.exit.call, by, " while the main thread was in " + where(main_at) if main_at else "", skipped)
-    d["exit_next"] = "if that thread meant to end only itself, return from its function (or raise); to end the " \
-                     "program, tell the main thread (a threading.Event it checks) and let it exit with sys.exit()"
+    d.exit_note = "ended by %s, called from %s%s: os._exit ends the whole process from any thread, at once, " \
+                  "%s, so the main thread's work stopped there" % (
+                      p.exit.call, by, " while the main thread was in " + where(main_at) if main_at else "", skipped)
+    d.exit_next = "if that thread meant to end only itself, return from its function (or raise); to end the " \
+                  "program, tell the main thread (a threading.Event it checks) and let it exit with sys.exit()"
     return True
 
 
 def _flush_failed(d, p):
     """Status 120: the program ended, then the interpreter's last flush of its output failed."""
     stream, error, gone = p.exit.flush
-    d["summary"] += ": the program ended, then flushing its %s at exit failed with %s" % (stream, error)
+    d.summary += ": the program ended, then flushing its %s at exit failed with %s" % (stream, error)
     if gone:
-        d["summary"] += ": the reader of its output went away (`| head`, a closed terminal or GUI) before it " \
-                        "had read everything"
-        d["exit_next"] = known.next_step("BrokenPipeError") + "; to end quietly when the reader goes, " \
+        d.summary += ": the reader of its output went away (`| head`, a closed terminal or GUI) before it " \
+                     "had read everything"
+        d.exit_next = known.next_step("BrokenPipeError") + "; to end quietly when the reader goes, " \
             "`signal.signal(signal.SIGPIPE, signal.SIG_DFL)` at start"
     last = p.stdout if stream == "stdout" else p.output
     if last is not None:
-        d["summary"] += "; the last line it printed, at %s, was %r" % (
+        d.summary += "; the last line it printed, at %s, was %r" % (
             time.strftime("%H:%M:%S", time.localtime(last[0])) if last[0] else "an unknown time", last[1][:100])
 
 
@@ -306,9 +279,9 @@ _ATEXIT_FAILED = records.UNRAISABLE + "Exception ignored in atexit callback"  # 
 
 
 def _lost_work(d):
-    if d["exception"] is None:
+    if d.exception is None:
         return False
-    text = d["exception"]["text"]
+    text = d.exception.text
     died = records.parse_in_thread(text)
     return died[1].partition(":")[0] != "SystemExit" if died else text.startswith(_ATEXIT_FAILED)
 
@@ -322,52 +295,52 @@ def _raised(p):
 
 
 def _signalled(d, p):
-    d["state"], d["end"] = "killed", p.last
+    d.state, d.end = "killed", p.last
     main = _main_thread(p.signal.threads)
-    d["where"] = frame_dict(user_frame(main.frames)) if main else None
-    d["summary"] = "%s in %s and ended" % (p.signal.text, where(frame_tuple(d["where"])))
+    d.where = user_frame(main.frames) if main else None
+    d.summary = "%s in %s and ended" % (p.signal.text, where(d.where))
 
 
 def _stall_summary(d, p, now, local):
     """`stalled for 41 s in load at train.py:12 (phase X); blocked: ...`, as the summary of a
     process still stalled, or appended to how it ended."""
-    upto = now if d["state"] in ("stalled", "idle", "busy") and local else p.last
-    silent = (upto or now) - (p.stall.since or d["stall"]["since"] or p.first or now)
-    d["stall"]["seconds"] = round(silent, 1)
-    main = d["stall"]["main"]  # the thread the stall names as stuck, else the main thread
-    # Its place, not d["where"]: of a process a signal ended, that is where the main thread was then.
-    place = where(frame_tuple(main["frame"])) if main else "an unknown place (no stack was written)"
-    awaited = None if d["idle"] or not main else _awaited(_stuck_thread(p.stall), p.stall.task)
+    upto = now if d.state in ("stalled", "idle", "busy") and local else p.last
+    silent = (upto or now) - (p.stall.since or d.stall.since or p.first or now)
+    d.stall.seconds = round(silent, 1)
+    main = d.stall.main  # the thread the stall names as stuck, else the main thread
+    # Its place, not d.where: of a process a signal ended, that is where the main thread was then.
+    place = where(main.frame) if main else "an unknown place (no stack was written)"
+    awaited = None if d.idle or not main else _awaited(_stuck_thread(p.stall), p.stall.task)
     if awaited is not None:
         frame, waits = awaited
         place = "%s (%s)" % (where(frame), waits)
-        if d["state"] == "stalled":
-            d["where"] = frame_dict(frame)
-    if d["idle"]:
-        text = "idle for %s: %s, in %s" % (secs(silent), d["idle"], place)
+        if d.state == "stalled":
+            d.where = frame
+    if d.idle:
+        text = "idle for %s: %s, in %s" % (secs(silent), d.idle, place)
     else:
         # Computing, as the watchdog saw CPU time rise, whatever ended it since (a timeout's SIGTERM).
-        word = "busy" if d["state"] == "busy" or busy(p.stall.text) else "stalled"
+        word = "busy" if d.state == "busy" or busy(p.stall.text) else "stalled"
         text = "%s for %s in %s" % (word, secs(silent), place)
         if p.stall.steps:  # `stalled: no training step for 41 s (steps came every ~0.2 s before; last step 5), in ...`
             text = "%s: no training step for %s (%s), in %s" % (word, secs(silent), p.stall.steps, place)
         elif p.stall.task:
             text += ", while its event loop ran on (task %s made no progress)" % p.stall.task
         elif p.stall.noisy:
-            text += ", while other threads kept printing (thread %s made no progress)" % main["name"]
-        if d["phase"]:
-            text += " (phase %s)" % d["phase"]
-        if main and main["state"] and not p.stall.task:  # a loop thread's own state says nothing of its task
-            text += "; " + main["state"]
-        if word == "busy" and main and not _computing(main):
+            text += ", while other threads kept printing (thread %s made no progress)" % main.name
+        if d.phase:
+            text += " (phase %s)" % d.phase
+        if main and main.state and not p.stall.task:  # a loop thread's own state says nothing of its task
+            text += "; " + main.state
+        if word == "busy" and main and not main.busy:
             # The main thread waits (a join, a queue) for a thread that computes: name that one.
-            worker = next((t for t in d["stall"]["threads"] if _computing(t)), None)
+            worker = next((t for t in d.stall.threads if t.busy), None)
             if worker is not None:
-                text += "; thread %s %s in %s" % (worker["name"], worker["state"].partition(": ")[2],
-                                                 where(frame_tuple(worker["frame"])))
-    d["stall"]["summary"] = text
-    d["summary"] = text if d["state"] in ("stalled", "running", "idle", "busy") else \
-        d["summary"] + "; it had " + ("been " if d["idle"] or text.startswith("busy") else "") + text
+                text += "; thread %s %s in %s" % (worker.name, worker.state.partition(": ")[2],
+                                                  where(worker.frame))
+    d.stall.summary = text
+    d.summary = text if d.state in ("stalled", "running", "idle", "busy") else \
+        d.summary + "; it had " + ("been " if d.idle or text.startswith("busy") else "") + text
 
 
 def _awaited(main, task=None):
@@ -397,24 +370,29 @@ def _span(a, b):
 
 def judge(folder, now=None):
     """The whole report as plain data (the --json schema, documented in docs/json-schema.md)."""
+    return judged(folder, now).json()
+
+
+def judged(folder, now=None):
+    """The whole report as a model.Report: each process judged, the causes found, the verdict told."""
     now = time.time() if now is None else now
     here = records.safe_name(os.uname().nodename)
     procs = sorted(folder.procs.values(), key=lambda p: (p.first or 0, p.pid))
     out = [_process(p, now, here) for p in procs]
-    by_key = {(d["host"], d["pid"]): d for d in out}
+    by_key = {(d.host, d.pid): d for d in out}
     for d in out:
-        parent = by_key.get((d["host"], d["ppid"]))
+        parent = by_key.get((d.host, d.ppid))
         if parent is not None and parent is not d:
-            parent["children"].append(d["pid"])
+            parent.children.append(d.pid)
     _rejudge(_Judged(out, by_key, procs, folder))
     counts = {"processes": len(out)}
     for d in out:
-        counts[d["state"]] = counts.get(d["state"], 0) + 1
-    report = {"schema": SCHEMA, "earlylog": __version__, "folder": os.path.abspath(folder.path),
-              "generated": round(now, 3), "host": here, "hosts": sorted({d["host"] or "?" for d in out}),
-              "counts": counts, "verdict": [], "problems": list(folder.problems), "processes": out}
-    report["causes"] = [c.as_dict() for c in registry.find(report, folder)]
-    report["verdict"] = _verdict(out, by_key, report["causes"])
+        counts[d.state] = counts.get(d.state, 0) + 1
+    report = Report(schema=SCHEMA, earlylog=__version__, folder=os.path.abspath(folder.path), generated=round(now, 3),
+                    host=here, hosts=sorted({d.host or "?" for d in out}), counts=counts, verdict=[],
+                    problems=list(folder.problems), processes=out)
+    report.causes = registry.find(report, folder)
+    report.verdict = _verdict(out, by_key, report.causes)
     return report
 
 
@@ -459,16 +437,14 @@ def _killed_by_notice(out, kills):
     the worker's pid): killed, and by whom, whatever else its own log shows. The pid is looked up on
     the host of the line that names it, else on the one host that has it."""
     for (host, pid), (who, line) in kills.items():
-        found = [d for d in out if d["pid"] == pid]
-        here = [d for d in found if d["host"] == host]
+        found = [d for d in out if d.pid == pid]
+        here = [d for d in found if d.host == host]
         d = here[0] if len(here) == 1 else found[0] if len(found) == 1 else None
-        if d is None or d["state"] in ("exited", "crashed"):
+        if d is None or d.state in ("exited", "crashed"):
             continue
         yield d, {"state": "killed", "killed_by": who, "summary": "killed by %s, as the output of a process on %s "
                   "says: %s%s" % (who, host or "its host", _without_ids(line.strip())[:300],
                                   "; next: " + _KILL_NEXT[who] if who in _KILL_NEXT else "")}
-
-
 
 
 def _retrying(d, p):
@@ -477,42 +453,39 @@ def _retrying(d, p):
     or, as a retry loop that logs each failure is never silent, the runtime's `retrying:` notes
     still came near the end of its log. A process that exited is past it."""
     found = None
-    for t in (d["stall"] or {}).get("threads") or []:
-        handling = notes.first(t["notes"], notes.Handling)
-        counted = notes.first(t["notes"], notes.Retries)
-        sleeping = (t["state"] or "").startswith("blocked: sleeping")
-        if handling and handling.words and (sleeping or counted):  # a sleep inside an `except` block: a pause between tries
-            found = {"thread": t["name"], "handling": handling.words, "count": counted.count if counted else None,
-                     "seconds": counted.seconds if counted else None, "frame": t["frame"]}
+    for t in d.stall.threads if d.stall else ():
+        handling = notes.first(t.notes, notes.Handling)
+        counted = notes.first(t.notes, notes.Retries)
+        if handling and handling.words and (t.sleeping or counted):  # a sleep inside an `except` block: a pause between tries
+            found = Retrying(thread=t.name, handling=handling.words, count=counted.count if counted else None,
+                             seconds=counted.seconds if counted else None, frame=t.frame)
             break
     thread, newest = max(p.retrying.items(), key=lambda r: r[1].time or 0) if p.retrying else (None, None)
     dumped_since = p.stall is not None and p.stall.time is not None and newest is not None and \
         newest.time is not None and p.stall.time > newest.time  # a later dump shows no retry: over
     if found is None and newest is not None and newest.time is not None and p.last is not None and \
             not dumped_since and newest.time >= p.last - max(60.0, 2 * (p.stall_after or 30.0)):
-        found = dict(newest._asdict(), thread=thread, frame=None)
+        found = Retrying(thread=thread, **newest._asdict())
     if found is None or p.exit.status is not None or p.crash is not None:
         return
-    words = notes.parse("handling: " + found["handling"])  # a dump's note, or the `retrying:` line's words
-    found["error"], found["raised_in"], found["address"] = words.error, words.raised, words.target
-    if records.polling(found["error"], found["address"]):
+    words = notes.parse("handling: " + found.handling)  # a dump's note, or the `retrying:` line's words
+    found.error, found.raised_in, found.address = words.error, words.raised, words.target
+    if records.polling(found.error, found.address):
         return  # `except queue.Empty: time.sleep(1)`: a worker polling for work, idle
     yield d, {"retrying": found}
-    what = "connecting to %s (%s)" % (found["address"], found["error"]) if found["address"] else "with %s" % (
-        found["error"])
-    if found["count"]:
-        text = "retrying: %d failures %s seen in the last %s" % (found["count"], what, secs(found["seconds"]))
+    what = "connecting to %s (%s)" % (found.address, found.error) if found.address else "with %s" % (
+        found.error)
+    if found.count:
+        text = "retrying: %d failures %s seen in the last %s" % (found.count, what, secs(found.seconds))
     else:
         text = "retrying: sleeping between tries after a failure %s" % what
-    text += " in " + (found["raised_in"] or where(frame_tuple(found["frame"])))
-    if d["state"] in ("idle", "running", "busy", "stalled"):
+    text += " in " + (found.raised_in or where(found.frame))
+    if d.state in ("idle", "running", "busy", "stalled"):
         yield d, {"state": "stalled", "idle": None, "summary": text}
     else:
-        if d["idle"]:  # it was never idle: drop the stall's words for it
-            yield d, {"idle": None, "summary": d["summary"].partition("; it had been idle")[0]}
-        yield d, {"summary": d["summary"] + "; it was " + text}
-
-
+        if d.idle:  # it was never idle: drop the stall's words for it
+            yield d, {"idle": None, "summary": d.summary.partition("; it had been idle")[0]}
+        yield d, {"summary": d.summary + "; it was " + text}
 
 
 _BLOCKING_WAITS = ("blocked: waiting for a child process to exit", "blocked: waiting to read from")
@@ -528,7 +501,7 @@ def _killed_while_waited(out, by_key, procs):
         stall = p.stall
         # The parent must have outlived the child: a run killed whole ends both at once (run-stopped).
         if stall is None or parent is None or stall.resumed is None and \
-                parent["state"] in ("vanished", "killed", "crashed", "unknown"):
+                parent.state in ("vanished", "killed", "crashed", "unknown"):
             continue
         for t in stall.threads:
             # A wait with no time limit (the kernel's do_wait, a pipe read): one with a timeout polls
@@ -537,17 +510,17 @@ def _killed_while_waited(out, by_key, procs):
                 continue
             for pid, command in ((c.pid, c.command) for c in notes.every(t.notes, notes.Child) if c.state):
                 d = by_key.get((p.host, pid))  # the note says it was alive at that dump
-                if d is None or d["state"] not in ("vanished", "killed") or d["killed_by"] or d["waited_by"]:
+                if d is None or d.state not in ("vanished", "killed") or d.killed_by or d.waited_by:
                     continue
                 frame = user_frame(t.frames)
                 code = t.code.get(t.frames.index(frame)) if frame in t.frames else None
                 # No exit record: SIGKILL, which nothing can catch; a `killed` one wrote SIGTERM's stacks.
-                signal = "SIGKILL" if d["state"] == "vanished" else "SIGTERM"
-                yield d, {"waited_by": {"pid": p.pid, "thread": t.name, "frame": frame_dict(frame), "code": code,
-                                        "call": call_name(t.frames), "until": stall.resumed,
-                                        "command": command, "signal": signal},
+                signal = "SIGKILL" if d.state == "vanished" else "SIGTERM"
+                yield d, {"waited_by": WaitedBy(pid=p.pid, thread=t.name, frame=frame, code=code,
+                                                call=call_name(t.frames), until=stall.resumed, command=command,
+                                                signal=signal),
                           "state": "killed", "summary": "killed by %s while pid %d (%s) waited for it in %s" % (
-                              signal, p.pid, parent["tag"] if parent else "?", where(frame))}
+                              signal, p.pid, parent.tag if parent else "?", where(frame))}
 
 
 def _without_ids(text):
@@ -572,43 +545,43 @@ def _stopped_at_end(out, by_key):
     supervisor lived on, with no sign of memory pressure, was let go by that supervisor trimming its
     pool of workers (Ray ends idle workers, and prestarted ones it does not need, so)."""
     for d in out:  # oldest first: a supervisor is judged before what it started
-        if d["killed_by"] or d["waited_by"]:
+        if d.killed_by or d.waited_by:
             continue
-        if not (d["state"] in ("killed", "vanished") or (d["state"] == "failed" and d["status"] in _STOP_STATUSES)):
+        if not (d.state in ("killed", "vanished") or (d.state == "failed" and d.status in _STOP_STATUSES)):
             continue
         how = {"killed": "ended by SIGTERM", "vanished": "ended with no exit record (SIGKILL)"}.get(
-            d["state"], "exited with status %s (SIGTERM's)" % d["status"])
-        boss, whose = by_key.get((d["host"], d["ppid"])), "its parent"
-        if boss is None and d["grandparent"]:
-            boss, whose = by_key.get((d["host"], d["grandparent"])), "its parent's parent"
-        if boss is not None and boss is not d and boss["state"] in ("exited", "terminated") and \
-                (boss["end"] or 0) >= (d["end"] or 0):
-            then = "%s, then %s %d (%s) %s" % (how, whose, boss["pid"], boss["title"] or boss["tag"],
-                                               "exited with status 0" if boss["state"] == "exited" else
+            d.state, "exited with status %s (SIGTERM's)" % d.status)
+        boss, whose = by_key.get((d.host, d.ppid)), "its parent"
+        if boss is None and d.grandparent:
+            boss, whose = by_key.get((d.host, d.grandparent)), "its parent's parent"
+        if boss is not None and boss is not d and boss.state in ("exited", "terminated") and \
+                (boss.end or 0) >= (d.end or 0):
+            then = "%s, then %s %d (%s) %s" % (how, whose, boss.pid, boss.title or boss.tag,
+                                               "exited with status 0" if boss.state == "exited" else
                                                "was stopped so too")
             if _stuck(d):
                 yield d, {"state": "stalled", "summary": "%s until it was stopped at the end of the run (%s)" % (
-                    d["stall"]["summary"], then)}
+                    d.stall.summary, then)}
             else:
                 yield d, {"state": "terminated", "summary": "stopped at the end of the run: " + then}
-        elif boss is not None and boss is not d and boss["state"] == "failed" and d["state"] != "failed" and \
-                (boss["end"] or 0) >= (d["last_seen"] or 0) and _ended_by_parent(d, boss):
-            then = "%s as %s %d (%s) failed, which ends its workers" % (how, whose, boss["pid"], boss["title"] or boss["tag"])
+        elif boss is not None and boss is not d and boss.state == "failed" and d.state != "failed" and \
+                (boss.end or 0) >= (d.last_seen or 0) and _ended_by_parent(d, boss):
+            then = "%s as %s %d (%s) failed, which ends its workers" % (how, whose, boss.pid, boss.title or boss.tag)
             if _stuck(d):
-                yield d, {"state": "stalled", "summary": "%s until it was stopped (%s)" % (d["stall"]["summary"], then)}
+                yield d, {"state": "stalled", "summary": "%s until it was stopped (%s)" % (d.stall.summary, then)}
             else:
                 yield d, {"state": "terminated", "summary": "stopped with its parent: " + then}
-        elif boss is not None and boss is not d and (boss["end"] is None or boss["end"] >= (d["end"] or 0)) and \
-                d["state"] != "failed" and not _memory_pressure(d, out):
-            waiting = d["idle"] or idle.by_title(d["title"])
+        elif boss is not None and boss is not d and (boss.end is None or boss.end >= (d.end or 0)) and \
+                d.state != "failed" and not _memory_pressure(d, out):
+            waiting = d.idle or idle.by_title(d.title)
             # A worker that showed nothing but its start-up may have died at its first task; its
             # supervisor stuck waiting since says that it was not let go: a parent that waits (for
             # a queue, a pipe) may wait for what this child would have sent.
-            if not _stuck(boss) and (waiting or d["still_starting"] and not _stuck(d)):
+            if not _stuck(boss) and (waiting or d.still_starting and not _stuck(d)):
                 yield d, {"state": "terminated",
                           "summary": "stopped while %s: %s while %s %d (%s) ran on, as a supervisor does when it lets "
                                      "a worker go" % ("idle (%s)" % waiting if waiting else "still starting", how,
-                                                      whose, boss["pid"], boss["title"] or boss["tag"])}
+                                                      whose, boss.pid, boss.title or boss.tag)}
 
 
 # A parent's error that says a worker of its pool died: a worker of its that vanished is a suspect,
@@ -625,13 +598,13 @@ def _ended_by_parent(d, boss):
     worker died (naming its pid, or no pid at all) is that worker, not one the parent ended."""
     if _rank_of(d)[0] is not None:
         return False  # a rank's end is the job's story: the straggler, the first failure (_ranks)
-    if d["state"] == "killed":
+    if d.state == "killed":
         return True
-    if d["state"] != "vanished" or _memory_pressure(d, [d]):
+    if d.state != "vanished" or _memory_pressure(d, [d]):
         return False
-    error = (boss["exception"] or {}).get("text") or ""
+    error = boss.exception.text if boss.exception else ""
     named = {int(n) for found in _PIDS.findall(error) for n in re.findall(r"\d+", found)}
-    return d["pid"] not in named if named else not _WORKER_DIED.search(error)
+    return d.pid not in named if named else not _WORKER_DIED.search(error)
 
 
 # A program's own handler of a stop signal (Ray's monitor: `_signal_handler`), by its name.
@@ -642,31 +615,42 @@ def _stuck(d):
     """Stalled, neither idle nor computing (busy is not stuck: docs/design.md#busy-is-not-stuck),
     nor already stopping: a process caught in its own SIGTERM handler when its supervisor killed
     it was being stopped (Ray's monitor reports its end to a GCS already gone)."""
-    main = d["stall"]["main"] if d["stall"] else None
-    return d["stall"] is not None and not d["idle"] and not (main and (main["state"] or "").startswith("busy:")) \
-        and not (main and any(_SIGNAL_HANDLER.search(f["function"]) for f in main["frames"]))
+    main = d.stall.main if d.stall else None
+    return _stuck_by(d.stall is not None, d.idle, main and main.state,
+                     [f.function for f in main.frames] if main else [])
 
 
 stuck = _stuck  # public: the watchdog's judge (cli/judge.py) acts only on what this calls stuck
 
 
+def stuck_in_json(d):
+    """_stuck for a process as --json has it, which the report page draws from (html.py)."""
+    main = d["stall"] and d["stall"]["main"]
+    return _stuck_by(d["stall"] is not None, d["idle"], main and main["state"],
+                     [f["function"] for f in main["frames"]] if main else [])
+
+
+def _stuck_by(stalled, idle_why, main_state, main_functions):
+    return stalled and not idle_why and not (main_state or "").startswith("busy:") and \
+        not any(_SIGNAL_HANDLER.search(f) for f in main_functions)
+
+
 def _memory_pressure(d, out):
-    mem = d["memory"] or {}
-    return bool(mem.get("near_limit") or mem.get("oom_kill_rose") or
-                any((o["memory"] or {}).get("oom_kill_rose") for o in out))
+    return bool(d.memory and (d.memory.near_limit or d.memory.oom_kill_rose) or
+                any(o.memory and o.memory.oom_kill_rose for o in out))
 
 
 def _waited_on(out):
     """An idle or busy rank is the straggler when another rank waits for it in a collective: stuck
     after all, or holding the others up."""
     ranks = [d for d in out if _rank_of(d)[0] is not None]  # not a rank's DataLoader worker (it inherits RANK)
-    waiting = any(_in_collective(d) for d in ranks if d["state"] == "stalled")
+    waiting = any(_in_collective(d) for d in ranks if d.state == "stalled")
     for d in ranks:
-        if waiting and d["state"] == "idle":
+        if waiting and d.state == "idle":
             yield d, {"summary": "stalled for %s in %s (%s, while other ranks wait for it)" % (
-                secs(d["stall"]["seconds"]), where(frame_tuple(d["where"])), d["idle"]), "state": "stalled", "idle": None}
-        elif waiting and d["state"] == "busy":
-            yield d, {"state": "stalled", "summary": d["summary"] + " (while other ranks wait for it)"}
+                secs(d.stall.seconds), where(d.where), d.idle), "state": "stalled", "idle": None}
+        elif waiting and d.state == "busy":
+            yield d, {"state": "stalled", "summary": d.summary + " (while other ranks wait for it)"}
 
 
 _WORKING = ("running", "busy", "idle")
@@ -687,32 +671,32 @@ def _waits_on_working_children(out, by_key):
     child's stderr in a thread), a parent joining a worker that prints: idle, not stuck. Children
     are judged first, so a launcher of a launcher follows."""
     for d in reversed(out):
-        if d["state"] != "stalled" or d["stall"] is None:
+        if d.state != "stalled" or d.stall is None:
             continue
-        family = [by_key.get((d["host"], pid)) for pid in d["children"]]
-        if any(k is not None and k["state"] in TROUBLE for k in family):
+        family = [by_key.get((d.host, pid)) for pid in d.children]
+        if any(k is not None and k.state in TROUBLE for k in family):
             continue  # the pipe it reads may be that child's: a working child holding it too says nothing
-        children = set(d["children"])
+        children = set(d.children)
         waited, others = [], False
-        for t in d["stall"]["threads"]:
-            pids = [_waited_pid(note) for note in map(notes.parse, t.get("notes") or [])]
+        for t in d.stall.threads:
+            pids = [_waited_pid(note) for note in map(notes.parse, t.notes)]
             pids = [pid for pid in pids if pid is not None]
             if pids and all(pid in children for pid in pids):
                 waited += pids
-            elif t["main"] or not all(library(f["file"]) for f in t["frames"]):
+            elif t.main or not all(library(f.file) for f in t.frames):
                 others = True  # a thread of the program's that waits for something else
-        kids = [by_key.get((d["host"], pid)) for pid in waited]
-        if waited and not others and all(k is not None and k["state"] in _WORKING for k in kids):
+        kids = [by_key.get((d.host, pid)) for pid in waited]
+        if waited and not others and all(k is not None and k.state in _WORKING for k in kids):
             k = kids[0]
-            why = "waiting for its child %d (%s), which is %s" % (k["pid"], k["tag"], k["state"])
+            why = "waiting for its child %d (%s), which is %s" % (k.pid, k.tag, k.state)
             yield d, {"state": "idle", "idle": why,
-                      "summary": "idle for %s: %s, in %s" % (secs(d["stall"]["seconds"]), why, where(frame_tuple(d["where"])))}
+                      "summary": "idle for %s: %s, in %s" % (secs(d.stall.seconds), why, where(d.where))}
 
 
 def _in_collective(d):
-    main = d["stall"]["main"] if d["stall"] else None
-    return bool(main) and (any("torch/distributed" in f["file"] for f in main["frames"]) or
-                           "waiting for peers" in (main["phase"] or ""))
+    main = d.stall.main if d.stall else None
+    return bool(main) and (any("torch/distributed" in f.file for f in main.frames) or
+                           "waiting for peers" in (main.phase or ""))
 
 
 def _verdict(out, by_key, causes):
@@ -723,41 +707,41 @@ def _verdict(out, by_key, causes):
         return ["no earlylog process logs here"]
     story = _Story(out, by_key, causes)
     lines = [_headline(out, story.troubled)]
-    ending = [c for c in causes if c["kind"] in registry.ENDINGS]
-    lines += [_cause_line(c) for c in causes if c["kind"] not in registry.ENDINGS]
+    ending = [c for c in causes if c.kind in registry.ENDINGS]
+    lines += [_cause_line(c) for c in causes if c.kind not in registry.ENDINGS]
     for kinds, tell in STORIES:
         if ending and not set(kinds) <= set(registry.BEFORE_ENDINGS):
             lines += [_cause_line(c) for c in ending]
             ending = []
         lines += tell(story)
-    lines += ["warning in %s: %s" % (label(d), w) for d in story.troubled for w in d["warnings"][:2]][:3]
+    lines += ["warning in %s: %s" % (label(d), w) for d in story.troubled for w in d.warnings[:2]][:3]
     lines += _other_hosts(out)
     return lines
 
 
 def _cause_line(c):
-    return "%s; next: %s" % (c["text"], c["next"]) if c["next"] else c["text"]
+    return "%s; next: %s" % (c.text, c.next) if c.next else c.text
 
 
 class _Story:
-    """What the verdict's lines read and share: the records, by (host, pid), and the causes (as
-    --json has them); the processes in trouble; those a line or cause told already (explained, by
+    """What the verdict's lines read and share: the records (model.Process), by (host, pid), and the
+    causes (causes.Cause); the processes in trouble; those a line or cause told already (explained, by
     id); the straggler ranks (by id); the (waiter, waited) pairs a cause told; and the pids of a run
     a cause told stopped as a whole."""
 
     def __init__(self, out, by_key, causes):
         self.out, self.by_key, self.causes = out, by_key, causes
-        self.troubled = [d for d in out if d["state"] in TROUBLE]
+        self.troubled = [d for d in out if d.state in TROUBLE]
         self.stragglers = set()
         # A cause that tells a process whole (a child killed while its parent waited, a process
         # EARLYLOG_STALL_EXIT ended) names it first: no line of its own.
-        whole = {c["pids"][0] for c in registry.superseding(causes, "trouble")}
-        self.explained = {id(d) for d in out if d["pid"] in whole}
+        whole = {c.pids[0] for c in registry.superseding(causes, "trouble")}
+        self.explained = {id(d) for d in out if d.pid in whole}
         # A waiting process and what it waits for, already told (a run-level cause lists pids, not a pair).
-        self.told = {frozenset(c["pids"][:2]) for c in causes
-                     if len(c["pids"]) > 1 and c["kind"] not in registry.RUN_KINDS}
+        self.told = {frozenset(c.pids[:2]) for c in causes
+                     if len(c.pids) > 1 and c.kind not in registry.RUN_KINDS}
         # A run stopped as a whole is one cause, not one "likely SIGKILL" guess per process.
-        self.stopped = {pid for c in registry.superseding(causes, "vanished") for pid in c["pids"]}
+        self.stopped = {pid for c in registry.superseding(causes, "vanished") for pid in c.pids}
 
 
 def _troubled(story):
@@ -770,33 +754,33 @@ def _troubled(story):
         same = alike.get(id(d))
         if id(d) not in explained and same:
             lines.append("%s and %d more children of pid %s (%s) ended the same way: %s%s" % (
-                label(d), len(same) - 1, same[0]["ppid"], d["tag"], d["summary"], _known(d)))
+                label(d), len(same) - 1, same[0].ppid, d.tag, d.summary, _known(d)))
             explained.update(id(x) for x in same)
         elif id(d) not in explained:
-            lines.append("%s %s%s" % (label(d), d["summary"], _known(d)))
+            lines.append("%s %s%s" % (label(d), d.summary, _known(d)))
             explained.add(id(d))
-        if d["state"] == "vanished" and d["pid"] not in story.stopped:
+        if d.state == "vanished" and d.pid not in story.stopped:
             lines.append(_vanished_cause(d, story.out))
     return lines
 
 
 def _lost(story):
     """Not trouble by its status, yet work was lost: a thread that died, a failed atexit callback."""
-    return ["%s %s" % (label(d), d["summary"]) for d in story.out if d["state"] == "exited" and _lost_work(d)]
+    return ["%s %s" % (label(d), d.summary) for d in story.out if d.state == "exited" and _lost_work(d)]
 
 
 def _quiet_ends(story):
     """Nor is a process that os._exit(0) ended from a thread or by the program's own call, or whose
     last flush failed as its reader went away (status 120)."""
-    return ["%s %s; next: %s" % (label(d), d["exit_note"], d["exit_next"])
-            for d in story.out if d["state"] == "exited" and d["exit_note"]]
+    return ["%s %s; next: %s" % (label(d), d.exit_note, d.exit_next)
+            for d in story.out if d.state == "exited" and d.exit_note]
 
 
 def _known(d):
     """`; next: ...` for a failure whose text is a known error (read/known.py), else ''."""
-    if d["exit_next"] and d["state"] == "failed":
-        return "; next: " + d["exit_next"]
-    step = known.next_step(d["exception"]["text"]) if d["exception"] and d["state"] in ("failed", "crashed") else None
+    if d.exit_next and d.state == "failed":
+        return "; next: " + d.exit_next
+    step = known.next_step(d.exception.text) if d.exception and d.state in ("failed", "crashed") else None
     return "; next: " + step if step else ""
 
 
@@ -806,15 +790,15 @@ def _alike(troubled):
     ALIKE or more, on the group's first process."""
     groups = {}
     for d in troubled:
-        if d["state"] in ("failed", "crashed"):
-            key = (d["host"], d["ppid"], d["tag"], re.sub(r" after [\d.]+ \w+", "", d["summary"]))
+        if d.state in ("failed", "crashed"):
+            key = (d.host, d.ppid, d.tag, re.sub(r" after [\d.]+ \w+", "", d.summary))
             groups.setdefault(key, []).append(d)
     return {id(group[0]): group for group in groups.values() if len(group) >= ALIKE}
 
 
 def _other_hosts(out):
     """Say plainly which hosts' processes were judged by their logs alone."""
-    hosts = sorted({d["host"] or "?" for d in out if not d["checked_here"] and d["end"] is None})
+    hosts = sorted({d.host or "?" for d in out if not d.checked_here and d.end is None})
     if not hosts:
         return []
     return ["on %s, whether a process still runs cannot be checked from here: those are judged by their "
@@ -827,14 +811,14 @@ def _headline(out, troubled):
     if not troubled:
         states = {}
         for d in out:
-            states[d["state"]] = states.get(d["state"], 0) + 1
+            states[d.state] = states.get(d.state, 0) + 1
         return "%d process%s, none in trouble: %s" % (n, "es" if n != 1 else "", ", ".join(
             "%d %s" % (c, s) for s, c in sorted(states.items())))
     words = {"stalled": "stuck", "crashed": "crashed", "killed": "killed by a signal", "vanished": "vanished",
              "failed": "failed (non-zero exit)"}
     parts = []
     for state in TROUBLE:
-        k = sum(1 for d in troubled if d["state"] == state)
+        k = sum(1 for d in troubled if d.state == state)
         if k:
             parts.append("%d %s" % (k, words[state]))
     return "%d of %d process%s in trouble: %s" % (len(troubled), n, "es" if n != 1 else "", ", ".join(parts))
@@ -849,27 +833,27 @@ def _ranks(story):
         if rank is not None:
             ranks[rank] = d  # a restarted rank: the newest process wins
             world = max(world, size or 0)
-    stuck = [d for d in ranks.values() if d["stall"] is not None]
+    stuck = [d for d in ranks.values() if d.stall is not None]
     if not stuck or len(ranks) < 2 and world <= len(ranks):
         return []
     waiting, late = {}, []
     for r in sorted(ranks):
         d = ranks[r]
         if _in_collective(d):
-            waiting.setdefault(d["stall"]["main"]["call"] or "a collective", []).append(r)
-        elif d["state"] in TROUBLE:
+            waiting.setdefault(d.stall.main.call or "a collective", []).append(r)
+        elif d.state in TROUBLE:
             late.append(d)
     parts = []
     # Ranks on several hosts: the straggler's host is where to look.
-    hosts = len({d["host"] for d in ranks.values()}) > 1
+    hosts = len({d.host for d in ranks.values()}) > 1
     for d in late:
         explained.add(id(d))
         stragglers.add(id(d))
-        name = "rank %d on host %s" % (d["rank"], d["host"]) if hosts else "rank %d" % d["rank"]
-        if d["stall"] is not None and d["state"] == "stalled":
-            parts.append("%s is in %s" % (name, where(frame_tuple(d["where"]))))
+        name = "rank %d on host %s" % (d.rank, d.host) if hosts else "rank %d" % d.rank
+        if d.stall is not None and d.state == "stalled":
+            parts.append("%s is in %s" % (name, where(d.where)))
         else:
-            parts.append("%s %s" % (name, d["summary"]))
+            parts.append("%s %s" % (name, d.summary))
     for call, rs in sorted(waiting.items()):
         for r in rs:
             explained.add(id(ranks[r]))
@@ -894,19 +878,19 @@ def _ranks(story):
 
 def _master(d):
     """The rendezvous address its init_process_group phase names (`master=H:P`), or None."""
-    return records.parse_init(((d["stall"] or {}).get("main") or {}).get("phase"))[1]
+    return records.parse_init(d.stall.main.phase if d.stall and d.stall.main else None)[1]
 
 
 def _rank_of(d):
     """(rank, world size or None) of a rank of a distributed job, else (None, None): a process
     torchrun started (tag rankN), or one whose last dump shows init_process_group's phase. A
     process that only inherited RANK (a DataLoader worker, a subprocess of a rank) is none."""
-    if d["tag"] and d["tag"].startswith("rank") and d["rank"] is not None:
-        return d["rank"], d["world_size"]
+    if d.tag and d.tag.startswith("rank") and d.rank is not None:
+        return d.rank, d.world_size
     # What init_process_group was given, as its phase says it: a process's rank and world size
     # when its environment does not (mp.spawn, a rank passed as an argument).
-    main = d["stall"]["main"] if d["stall"] else None
-    return records.parse_init((main or {}).get("phase"))[0] or (None, None)
+    main = d.stall.main if d.stall else None
+    return records.parse_init(main.phase if main else None)[0] or (None, None)
 
 
 # A parent waiting for a child that has ended: what it waits for from that child never comes (a
@@ -922,49 +906,49 @@ def _parents(story):
     out, by_key, explained, stragglers, told = story.out, story.by_key, story.explained, story.stragglers, story.told
     lines = []
     for d in out:
-        live = d["state"] == "stalled"
-        if d["stall"] is None:
+        live = d.state == "stalled"
+        if d.stall is None:
             continue  # stalled with no dump: a retry loop told by its notes
-        if not live and (d["state"] not in ("killed", "vanished") or d["stall"] is None or d["idle"]):
+        if not live and (d.state not in ("killed", "vanished") or d.stall is None or d.idle):
             continue
-        kids = [by_key[(d["host"], pid)] for pid in d["children"] if (d["host"], pid) in by_key]
-        bad = sorted((k for k in kids if k["state"] in TROUBLE and (live or _stalled_child(k))),
+        kids = [by_key[(d.host, pid)] for pid in d.children if (d.host, pid) in by_key]
+        bad = sorted((k for k in kids if k.state in TROUBLE and (live or _stalled_child(k))),
                      key=lambda k: (id(k) not in stragglers, not _stalled_child(k)))
         if not bad:
             continue
         if live:
             explained.add(id(d))
-        bad = [k for k in bad if frozenset((d["pid"], k["pid"])) not in told]
+        bad = [k for k in bad if frozenset((d.pid, k.pid)) not in told]
         if not bad:
             continue
-        call = d["stall"]["main"]["call"] if d["stall"]["main"] else None
+        call = d.stall.main.call if d.stall.main else None
         kid = bad[0]
         if live:
-            what = ("is stalled in %s" % where(frame_tuple(kid["where"]))) if kid["state"] == "stalled" \
-                else "ended (%s)" % kid["summary"]
-        elif kid["kernel_state"]:
-            what = "is still stalled in %s" % where(frame_tuple(kid["where"]))  # an orphan: a cause of its own
-        elif busy(kid["stall"]["text"]):  # a slow child, not a stuck one: the run ran out of time
-            what = "was still computing in %s when they ended" % where(frame_tuple(kid["where"]))
+            what = ("is stalled in %s" % where(kid.where)) if kid.state == "stalled" \
+                else "ended (%s)" % kid.summary
+        elif kid.kernel_state:
+            what = "is still stalled in %s" % where(kid.where)  # an orphan: a cause of its own
+        elif busy(kid.stall.text):  # a slow child, not a stuck one: the run ran out of time
+            what = "was still computing in %s when they ended" % where(kid.where)
         else:
-            what = "had stalled in %s when they ended" % where(frame_tuple(kid["where"]))
+            what = "had stalled in %s when they ended" % where(kid.where)
         lines.append("pid %d (%s) %s%s for child %d (%s), which %s" % (
-            d["pid"], d["tag"], "waits" if live else "had waited", " in " + call if call else "", kid["pid"],
-            kid["tag"], what) + ("" if len(bad) == 1 else " (and %d more in trouble)" % (len(bad) - 1))
-            + (_ENDED_CHILD_NEXT if live and kid["state"] != "stalled" else ""))
+            d.pid, d.tag, "waits" if live else "had waited", " in " + call if call else "", kid.pid,
+            kid.tag, what) + ("" if len(bad) == 1 else " (and %d more in trouble)" % (len(bad) - 1))
+            + (_ENDED_CHILD_NEXT if live and kid.state != "stalled" else ""))
     return lines
 
 
 def _stalled_child(k):
     """A child that was stuck (not idle) when it was last seen."""
-    return k["stall"] is not None and not k["idle"] and k["where"] is not None
+    return k.stall is not None and not k.idle and k.where is not None
 
 
 def _vanished_cause(d, out):
-    mem = d["memory"] or {}
-    rose = mem.get("oom_kill_rose") or any((o["memory"] or {}).get("oom_kill_rose") for o in out)
-    if rose or mem.get("near_limit"):
-        why = "the cgroup's oom_kill count rose" if rose else "memory was at %s" % mem["last"]
+    mem = d.memory
+    rose = mem and mem.oom_kill_rose or any(o.memory and o.memory.oom_kill_rose for o in out)
+    if rose or mem and mem.near_limit:
+        why = "the cgroup's oom_kill count rose" if rose else "memory was at %s" % mem.last
         return "likely cause for %s: the kernel's OOM killer (%s); %s" % (label(d), why, _OOM_HOW)
     return ("likely cause for %s: killed by SIGKILL (kill -9, a job scheduler or the OOM killer; its last "
             "memory breadcrumbs show no pressure), or ended by C code calling exit(), which Python never sees (the "
