@@ -74,10 +74,10 @@ def idle(t):
     return "waiting for work in %s's hub (no greenlet waiting)" % _lib(t) if not found else None
 
 
-def awaited(main):
-    """(frame, `greenlet waiter waits on event `ready` there`) for a hub whose user greenlets wait,
-    the first by _ORDER; else None."""
-    found = _ranked(of(main) or [])
+def awaited(main, named=None):
+    """(frame, `greenlet waiter waits on event `ready` there`) for a hub whose user greenlets wait:
+    the one a stall names as stuck while the others ran, else the first by _ORDER; else None."""
+    found = _ranked(of(main) or [], named)
     if not found:
         return None
     g = found[0]
@@ -89,22 +89,24 @@ def _lib(t):
     return next((g.lib for g in notes.every(t.notes, notes.Greenlets) if g.count is not None), "gevent")
 
 
-def _ranked(found):
-    """The user's greenlets waiting on something themselves (not joins of others), most telling first."""
+def _ranked(found, named=None):
+    """The user's greenlets waiting on something themselves (not joins of others), most telling
+    first: the one a stall names as stuck (`named`) before the rest."""
     own = [g for g in found if g.frames and any(not library(f.file) for f in g.frames)
            and g.base in _ORDER and not g.served]
-    return sorted(own, key=lambda g: _ORDER.index(g.base))
+    return sorted(own, key=lambda g: (g.name != named, _ORDER.index(g.base)))
 
 
-def causes(d, threads):
+def causes(d, threads, named=None):
     """The causes of a stalled process whose thread runs a hub (gevent's, eventlet's): each greenlet of the
-    user's that waits on something (three at most), with a next step."""
+    user's that waits on something (three at most; the one the stall names, `named`, first), with a
+    next step."""
     out = []
     for t in threads:
         found = of(t)
         if not found or idle(t):
             continue
-        for g in _ranked(found)[:3]:
+        for g in _ranked(found, named)[:3]:
             if g.base == "sleep":
                 continue
             text, step = _words(g, found)

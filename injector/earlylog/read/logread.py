@@ -655,7 +655,7 @@ def _stall(p, when, text):
             # Output goes on during such a stall: only its `over` line ends it; it began
             # `seconds` before its line (the last step, or the thread's last move).
             p.stall.noisy, p.stall.since = True, when - noisy[0]
-            p.stall.stuck, p.stall.steps, p.stall.task = noisy[1], noisy[2], noisy[3]
+            p.stall.stuck, p.stall.steps, p.stall.task, p.stall.greenlet = noisy[1:]
 
 
 def _gil(p, when, text, threads):

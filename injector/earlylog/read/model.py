@@ -21,7 +21,7 @@ class Stall:
     """The stall a process was last in, from the watchdog's `stall` line and the dump after it (or
     faulthandler's `Timeout` block when C code held the GIL)."""
     __slots__ = ("time", "text", "threads", "over", "dumped", "gil", "noisy", "since", "stuck", "steps", "task",
-                 "resumed")
+                 "greenlet", "resumed")
 
     def __init__(self, when, text, threads, dumped=False, gil=False):
         self.time = when          # epoch seconds of its `stall` line (None if the line had no time)
@@ -35,6 +35,7 @@ class Stall:
         self.stuck = None         # for a noisy one: the name of the thread it names as stuck, if any
         self.task = None          # for a noisy one: the asyncio task it names as stuck (`Task-2 (fetch)`),
         #                           on thread `stuck`, whose event loop ran on
+        self.greenlet = None      # ... or the gevent or eventlet greenlet (`loader`), whose hub ran on
         self.steps = None         # for a noisy one: the training heartbeat's words, `steps came every ~0.2 s
         #                           before; last step 5`, when the steps stopped
         self.resumed = None       # when the process next did something after it (its wait ended then)

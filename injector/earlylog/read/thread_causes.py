@@ -117,7 +117,7 @@ def stranded(s):
 
 
 def hub(s):
-    return greenlets.causes(s.d, s.p.stall.threads)
+    return greenlets.causes(s.d, s.p.stall.threads, s.p.stall.greenlet)
 
 
 def overflow(s):

@@ -310,7 +310,7 @@ def _stall_summary(d, p, now, local):
     main = d.stall.main  # the thread the stall names as stuck, else the main thread
     # Its place, not d.where: of a process a signal ended, that is where the main thread was then.
     place = where(main.frame) if main else "an unknown place (no stack was written)"
-    awaited = None if d.idle or not main else _awaited(_stuck_thread(p.stall), p.stall.task)
+    awaited = None if d.idle or not main else _awaited(_stuck_thread(p.stall), p.stall.task, p.stall.greenlet)
     if awaited is not None:
         frame, waits = awaited
         place = "%s (%s)" % (where(frame), waits)
@@ -326,11 +326,14 @@ def _stall_summary(d, p, now, local):
             text = "%s: no training step for %s (%s), in %s" % (word, secs(silent), p.stall.steps, place)
         elif p.stall.task:
             text += ", while its event loop ran on (task %s made no progress)" % p.stall.task
+        elif p.stall.greenlet:  # named in the place's words where the dump listed it
+            text += ", while its hub ran the other greenlets" + (
+                "" if awaited else " (greenlet %s made no progress)" % p.stall.greenlet)
         elif p.stall.noisy:
             text += ", while other threads kept printing (thread %s made no progress)" % main.name
         if d.phase:
             text += " (phase %s)" % d.phase
-        if main and main.state and not p.stall.task:  # a loop thread's own state says nothing of its task
+        if main and main.state and not p.stall.task and not p.stall.greenlet:  # a loop's thread says nothing of its task
             text += "; " + main.state
         if word == "busy" and main and not main.busy:
             # The main thread waits (a join, a queue) for a thread that computes: name that one.
@@ -343,13 +346,13 @@ def _stall_summary(d, p, now, local):
         d.summary + "; it had " + ("been " if d.idle or text.startswith("busy") else "") + text
 
 
-def _awaited(main, task=None):
+def _awaited(main, task=None, greenlet=None):
     """A main thread parked in its asyncio event loop waits where its tasks wait: (the frame of the
     user's code in the tasks that wait for something other than tasks, the most of them in one
     place, or in the task the stall names (`Task-1 (main)`), and `2 asyncio tasks await a Future
     there`), else None."""
     if greenlets.in_hub(main.frames):  # the same for gevent's hub and its greenlets
-        return greenlets.awaited(main)
+        return greenlets.awaited(main, greenlet)
     if not in_event_loop(main.frames):
         return None
     named = task.partition(" (")[0] if task else None

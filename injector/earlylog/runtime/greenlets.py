@@ -12,8 +12,10 @@ to them. The lines (their grammar: runtime/notes.py):
 Greenlets are found by one scan of the garbage collector's objects (neither library keeps a list
 of them), done only for a thread whose stack ends in the hub's run loop, and only while the heap
 is small (MAX_BLOCKS) and the thread is not busy: a dump must stay cheap. It runs in the watchdog
-thread at dump time; it never imports, switches, calls the program's code (greenlet's own C
+thread at dump time, and for the progress look (runtime/stuck.py: waiting(), judge() and
+signature() tell a greenlet that stayed at one wait while its hub ran the others); it never imports, switches, calls the program's code (greenlet's own C
 descriptors are read, never a library's properties) or raises."""
+import os
 import sys
 
 from earlylog.runtime import holders, introspect, notes, peers
@@ -60,22 +62,51 @@ def lines(frame, state=None):
     """The dump lines for a thread whose innermost frame is `frame` and whose kernel state is `state`
     (stacks.py's words); [] unless it runs gevent's hub, and no scan while that thread is busy (its
     greenlets run: none is stuck)."""
-    lib, hub_frame = _hub_frame(frame)
-    if hub_frame is None or (state or "").startswith("busy:"):
+    if (state or "").startswith("busy:"):
         return []
+    hub = waiting(frame, MAX_BLOCKS)
+    if hub is None:
+        return []
+    lib, found = hub
+    if type(found) is int:
+        return [notes.greenlets_unlisted("a heap of %d blocks is too large to scan during a dump" % found)]
+    out = [notes.greenlets(len(found), lib, MAX_LISTED if len(found) > MAX_LISTED else None)]
+    listed = [(main, top) for _obj, top, main in found[:MAX_LISTED]]
+    sockets = [0]
+    for main, top in listed:
+        kind, text, obj = _wait(top)
+        holder = _holder(obj, top, listed) if obj is not None and kind == "lock" else None
+        more = notes.greenlet_holder(*holder) if holder else ""
+        if obj is not None and (kind or "").startswith("socket") and sockets[0] < MAX_SOCKETS:
+            sockets[0] += 1
+            line = _socket_line(obj)
+            more = notes.greenlet_socket(line) if line else ""
+        out.append(notes.greenlet("main" if main else _name(top), _chain(top), text, more))
+    return out
+
+
+def waiting(frame, max_blocks):
+    """(`gevent` or `eventlet`, [(greenlet, its suspended frame, whether it is its thread's main
+    greenlet)]) of the greenlets waiting on the hub this thread's stack ends in (innermost frame
+    `frame`); the list is the heap's size in blocks instead where that is above max_blocks (one
+    scan of the garbage collector's objects takes about 15 ms per million); None when the stack
+    ends in no hub's loop."""
+    lib, hub_frame = _hub_frame(frame)
+    if hub_frame is None:
+        return None
     module = sys.modules.get("greenlet")
     base = vars(module).get("greenlet") if module is not None else None
     if not isinstance(base, type):
-        return []
+        return None
     blocks = sys.getallocatedblocks()
-    if blocks > MAX_BLOCKS:
-        return [notes.greenlets_unlisted("a heap of %d blocks is too large to scan during a dump" % blocks)]
+    if blocks > max_blocks:
+        return lib, blocks
     read = {name: vars(base)[name].__get__ for name in ("gr_frame", "parent", "dead")}
     hub = introspect.frame_locals(hub_frame).get("self")
     if lib == "eventlet":
         hub = introspect.field(hub, "greenlet")  # eventlet's hub object runs in a greenlet of its own
     if not issubclass(type(hub), base):
-        return []
+        return None
     root = _root(hub, read)
     import gc
     found = []
@@ -84,20 +115,40 @@ def lines(frame, state=None):
         if issubclass(type(obj), base) and obj is not hub and not read["dead"](obj):
             top = read["gr_frame"](obj)
             if top is not None and _root(obj, read) is root:
-                found.append((obj, top))
-    out = [notes.greenlets(len(found), lib, MAX_LISTED if len(found) > MAX_LISTED else None)]
-    listed = [(read["parent"](obj) is None, top) for obj, top in found[:MAX_LISTED]]
-    sockets = [0]
-    for main, top in listed:
-        text, obj = _wait(top)
-        holder = _holder(obj, top, listed) if obj is not None and text.startswith("waits on lock") else None
-        more = notes.greenlet_holder(*holder) if holder else ""
-        if obj is not None and text.startswith("waits on socket") and sockets[0] < MAX_SOCKETS:
-            sockets[0] += 1
-            line = _socket_line(obj)
-            more = notes.greenlet_socket(line) if line else ""
-        out.append(notes.greenlet("main" if main else _name(top), _chain(top), text, more))
-    return out
+                found.append((obj, top, read["parent"](obj) is None))
+    return lib, found
+
+
+# The waits the progress look can judge: on an object set once, by another greenlet, with the
+# answer. A greenlet seen at one place at each look, waiting on the same such object, has had no
+# answer since; one that waits on a lock, a resettable Event, a full queue or a socket may have
+# got it and waited again in between (contention, backpressure, a stream of messages): no greenlet
+# counts its own switches, so those are told only by a silent process's dump.
+_ONE_SHOT = ("gevent.event.AsyncResult", "eventlet.event.Event")
+
+
+def judge(top, main):
+    """(its name, `waits on result `reply` (gevent.event.AsyncResult) in fetch at app.py:9`, the
+    object) for a waiting greenlet (its suspended frame `top`) that waits on an answer set once
+    (_ONE_SHOT), else '': not for the main greenlet's event (a service told to stop)."""
+    kind, text, obj = _wait(top)
+    if obj is None or _object_kind(obj)[1] not in _ONE_SHOT or kind == "event" and main:
+        return ""
+    frame = top
+    while frame is not None and _own(frame):
+        frame = frame.f_back
+    user = frame or top
+    return _name(top), "%s in %s at %s:%d" % (
+        text, user.f_code.co_name, os.path.basename(user.f_code.co_filename), user.f_lineno), obj
+
+
+def signature(top):
+    """A waiting greenlet's place: each frame's code and last instruction, from its suspended frame out."""
+    sig, frame = [], top
+    while frame is not None and len(sig) < MAX_CHAIN * 4:
+        sig.append((id(frame.f_code), frame.f_lasti))
+        frame = frame.f_back
+    return tuple(sig)
 
 
 def _socket_line(sock):
@@ -180,8 +231,8 @@ def _name(top):
 
 
 def _wait(top):
-    """(`waits on KIND `EXPR` (TYPE)` for the greenlet's innermost call, or `waits in FUNC`; the
-    lock or socket it waits on, or None)."""
+    """(KIND or None, `waits on KIND `EXPR` (TYPE)` for the greenlet's innermost call, or `waits in
+    FUNC`; the object it waits on (a lock, an event, a socket...), or None)."""
     kind, frame = None, top
     lib = None
     while frame is not None and _own(frame):  # the library's pure-Python frames inside the user's call
@@ -191,24 +242,24 @@ def _wait(top):
                     kind)
         frame = frame.f_back
     if frame is None:
-        return notes.waits_in(top.f_code.co_name), None
+        return None, notes.waits_in(top.f_code.co_name), None
     for expr, attr, text in holders.calls_at(frame):  # the user's call: what it is made on
         found, value = introspect.resolve(expr, frame)
         if not found:
             continue
         what, label = _object_kind(value)
         if what is None and attr in _JOINS and kind is None:
-            return notes.waits_on("joinall", None, "%s.%s" % (_library(value) or lib or "gevent", attr)), None
+            joined = "%s.%s" % (_library(value) or lib or "gevent", attr)
+            return "joinall", notes.waits_on("joinall", None, joined), None
         if what is None and kind in ("sleep", "server", "hub join"):
-            return notes.waits_on(kind, None, lib or _library(value) or "gevent"), None
+            return kind, notes.waits_on(kind, None, lib or _library(value) or "gevent"), None
         if what is None and kind is None:
             continue
         what = what or kind
         if what in ("queue", "socket"):
             what += " " + attr
-        return notes.waits_on(what, text if len(text) <= 80 else text[:77] + "...", label), \
-            value if what == "lock" or what.startswith("socket") else None
-    return (notes.waits_on(kind) if kind else notes.waits_in(top.f_code.co_name)), None
+        return what, notes.waits_on(what, text if len(text) <= 80 else text[:77] + "...", label), value
+    return kind, (notes.waits_on(kind) if kind else notes.waits_in(top.f_code.co_name)), None
 
 
 def _library(value):

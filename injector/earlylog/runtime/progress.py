@@ -86,10 +86,11 @@ def check(watchdog, now, silent):
     tracker = getattr(watchdog, "progress", None)
     if tracker is None or tracker.pid != os.getpid():
         # The program's one thread and ours: no other thread prints while it is stuck, unless it
-        # runs an event loop (in its selector now), whose other tasks may.
+        # runs an event loop (in its selector now) or a gevent or eventlet hub, whose other tasks or
+        # greenlets may.
         frames = sys._current_frames()
         if len(frames) <= 2 and not _beats and \
-                not any(f.f_code.co_filename.endswith("selectors.py") for f in frames.values()):
+                not any(in_loop(f.f_code.co_filename) for f in frames.values()):
             return
         tracker = watchdog.progress = our_threads.gated(_tracker, watchdog)
     try:
@@ -97,6 +98,12 @@ def check(watchdog, now, silent):
     except Exception as exc:  # a frame or /proc file nobody foresaw: never the watchdog's other duties
         watchdog.progress = _Off()
         watchdog._quiet("earlylog", "the progress check stopped: %r" % (exc,), console=False)
+
+
+def in_loop(path):
+    """A file an event loop's thread waits in between steps: asyncio's selector, gevent's hub, eventlet's hubs."""
+    path = path.replace("\\", "/")
+    return path.endswith(("selectors.py", "/gevent/hub.py")) or "/eventlet/hubs/" in path
 
 
 class _Off:
@@ -111,4 +118,4 @@ class _Off:
 
 def _tracker(watchdog):
     from earlylog.runtime import stuck
-    return stuck.Tracker(watchdog)
+    return stuck.Tracker(watchdog, in_loop)

@@ -36,6 +36,8 @@ _REGEXES = {
     "no progress": r"(?:^|; )thread (.+?) made no progress for (\d+(?:\.\d+)?) s while other threads kept printing",
     "no task progress": r"(?:^|; )task (.+?) on thread (.+?) made no progress for (\d+(?:\.\d+)?) s while other tasks "
                         r"kept running",
+    "no greenlet progress": r"(?:^|; )greenlet (.+?) on thread (.+?) made no progress for (\d+(?:\.\d+)?) s while "
+                            r"other greenlets kept running",
     "in thread": r"^in thread (.+?): (\S.*)$",
     "status": r"status (-?\d+)",
     # An argument is a repr, which may hold "; ": the call ends where what may follow it begins.
@@ -187,17 +189,28 @@ def no_task_progress(task, thread, seconds, verdict):
         task, thread, seconds, verdict)
 
 
+def no_greenlet_progress(greenlet, thread, seconds, verdict):
+    """A `stall:` line's part for a gevent or eventlet greenlet that stayed at one wait while its
+    hub ran the others (stuck.py): the greenlet's name (the function it runs), the hub's thread."""
+    return "greenlet %s on thread %s made no progress for %.0f s while other greenlets kept running; %s" % (
+        greenlet, thread, seconds, verdict)
+
+
 def parse_noisy_stall(text):
     """(seconds, the stuck thread's name or None, the heartbeat's words or None, the stuck task or
-    None) of a stall told while other threads printed or other tasks ran (no_step, no_progress,
-    no_task_progress; the first part's seconds), else None. A task's thread is the loop's."""
+    None, the stuck greenlet or None) of a stall told while other threads printed or other tasks or
+    greenlets ran (no_step, no_progress, no_task_progress, no_greenlet_progress; the first part's
+    seconds), else None. A task's or greenlet's thread is its loop's."""
     step, stuck = _re("no step").match(text), _re("no progress").search(text)
     task = _re("no task progress").search(text) if stuck is None else None
-    if step is None and stuck is None and task is None:
+    greenlet = _re("no greenlet progress").search(text) if stuck is None and task is None else None
+    loop = task or greenlet
+    if step is None and stuck is None and loop is None:
         return None
-    seconds = float(step.group(1) if step else stuck.group(2) if stuck else task.group(3))
-    thread = stuck.group(1) if stuck else task.group(2) if task else None
-    return seconds, thread, step.group(2) if step else None, task.group(1) if task else None
+    seconds = float(step.group(1) if step else stuck.group(2) if stuck else loop.group(3))
+    thread = stuck.group(1) if stuck else loop.group(2) if loop else None
+    return seconds, thread, step.group(2) if step else None, task.group(1) if task else None, \
+        greenlet.group(1) if greenlet else None
 
 
 def fork_threads(names, native=0):

@@ -5,11 +5,14 @@ object and last instruction) is the same AND the kernel ran it not once (/proc/s
 schedstat's timeslice count): a blocked futex, recv or waitpid never runs, a poll loop's sleep
 wakes, a computation runs. One that made none for EARLYLOG_STALL seconds while it waits on a
 partner (a lock, a queue, a socket, a child, a future) and is not parked waiting for work (a
-server, a worker's queue, an event loop) gets a `stall:` line and a dump, while the process is not
-silent (silence is the watchdog's own rule); so does a training loop with no step for
-several times its slowest recent interval (runtime/progress.py). It must never pause a thread nor run the program's
-code: it reads sys._current_frames(), frame slots, a Thread's instance dict and cheap /proc files
-only; what it imports (kstate, waits, children, aio, stacks) it imports under threads.gated."""
+server, a worker's queue, an event loop) gets a `stall:` line and a dump while the process is not
+silent (silence is the watchdog's own rule); so does an asyncio task, or a gevent or eventlet
+greenlet, that stood at one wait on a partner while its loop ran the others, and a training loop
+with no step for several times its slowest recent interval (runtime/progress.py). It must never
+pause a thread nor run the program's code: it reads sys._current_frames(), frame slots, a Thread's
+instance dict, cheap /proc files and, for a hub's greenlets, one scan of the garbage collector's
+objects (a few ms, on a small heap only); what it imports (kstate, waits, children, aio, stacks,
+greenlets) it imports under threads.gated."""
 import os
 import sys
 import time
@@ -22,6 +25,9 @@ MAX_FRAMES = 40     # frames in a stack signature, as in a dump
 # Event loops' tasks are looked at only while there are at most this many (about 7 us each, with
 # the GIL held): a loop with more is a server's, and a look at all of them would pause it.
 MAX_WATCHED_TASKS = 256
+# gevent's and eventlet's greenlets are found by a scan of the garbage collector's objects (about
+# 15 ms per million blocks, with the GIL held): looked at only while the heap is at most this large.
+MAX_LOOK_BLOCKS = 500000
 GROWTH_CAP = 3600.0  # a stall is told again at S, 2S, 4S ... of it, at least once an hour after
 BUSY = 0.2          # share of a core the other threads or children use: work in progress, not a stall
 try:
@@ -54,7 +60,7 @@ class _Seen:
 
 
 class _TaskSeen:
-    """One asyncio task as last looked at: weak references to it and to what its step waits for
+    """One asyncio task (or greenlet) as last looked at: weak references to it and to what its step waits for
     (a reference kept would keep them alive; a new object at a freed one's address is no match),
     its await chain's signature, since when all three stood still, the verdict on its wait (None:
     not judged yet; '': not a stall), and the loop thread's ident."""
@@ -72,8 +78,9 @@ class Tracker:
     """The bookkeeping of one process's watchdog: the threads' and event loops' tasks' last looks,
     and the open episode."""
 
-    def __init__(self, watchdog):
+    def __init__(self, watchdog, in_loop):
         self.watchdog = watchdog
+        self.in_loop = in_loop  # progress.in_loop: is this a file an event loop's thread waits in?
         self.pid = os.getpid()
         self.stall = watchdog.stall
         self.seen = {}          # ident -> _Seen
@@ -110,7 +117,8 @@ class Tracker:
         frames = sys._current_frames()
         tids = _kernel_ids()
         me = get_ident()
-        seen, stuck, loops = {}, {}, []
+        seen, stuck, loops, hubs = {}, {}, [], []
+
         # A thread already told stuck stays so until its stack moves: a blocked wait can be woken
         # once for nothing (seen when a child of ours is spawned) and goes back to the same wait.
         held = self.episode[0] if self.episode is not None else ()
@@ -120,6 +128,8 @@ class Tracker:
                 continue
             if _in_selector(frame):
                 loops.append((ident, frame))  # an event loop between steps: its tasks tell
+            elif self.in_loop(frame.f_code.co_filename):
+                hubs.append((ident, frame))  # a gevent or eventlet hub between greenlets: theirs tell
             sig, runs = _signature(frame), _runs(tid)
             old = self.seen.get(ident)
             if old is None or old.sig != sig or old.runs != runs and ident not in held or runs is None:
@@ -141,16 +151,17 @@ class Tracker:
         if judge and now >= self.tasks_due:
             # Every quarter of a stall at most; a task found stuck stays so until the next look.
             self.tasks_due = now + self.stall / 4
-            self.stuck_tasks = our_threads.gated(self._look_at_tasks, now, loops)
+            self.stuck_tasks = our_threads.gated(self._look_at_tasks, now, loops, hubs)
         elif not judge:
             self.tasks, self.stuck_tasks = {}, {}
         stuck.update(self.stuck_tasks)
         return stuck
 
-    def _look_at_tasks(self, now, loops):
+    def _look_at_tasks(self, now, loops, hubs):
         """{key: _TaskSeen} of the program's asyncio tasks that waited at one await on a partner (a
-        reply, a lock, a full queue) for a whole stall while their loop ran on (a heartbeat task
-        printing): the loop's thread moves, so only its tasks can say that one of them is stuck."""
+        reply, a lock, a full queue), and of its greenlets that waited on one (a lock, an event, a
+        result) in a hub's loop, for a whole stall while their loop ran on (a heartbeat task or
+        greenlet printing): the loop's thread moves, so only its tasks can say that one is stuck."""
         from earlylog.runtime import aio, stacks
         seen, stuck = {}, {}
         if loops and aio.task_count() > MAX_WATCHED_TASKS:
@@ -158,19 +169,38 @@ class Tracker:
         for ident, frame in loops:
             loop = stacks.running_loop(frame)
             for task, chain, waiter in aio.pending(loop) if loop is not None else ():
-                key, sig = ("task", id(task)), tuple((f.f_code, f.f_lasti) for f in chain)
-                old = self.tasks.get(key)
-                if old is None or not old.same(task, waiter, sig):
-                    seen[key] = _TaskSeen(weakref.ref(task), _weak(waiter), sig, now, ident)
-                    continue
-                seen[key] = old
-                if now - old.since >= self.stall:
-                    if old.verdict is None:
-                        old.verdict = _judge_task(task, chain, waiter)
-                    if old.verdict:
-                        stuck[key] = old
+                sig = tuple((f.f_code, f.f_lasti) for f in chain)
+                self._track(seen, stuck, now, ("task", id(task)), task, waiter, sig, ident,
+                            lambda: _judge_task(task, chain, waiter))
+        if hubs:
+            from earlylog.runtime import greenlets
+            for ident, frame in hubs:
+                hub = greenlets.waiting(frame, MAX_LOOK_BLOCKS)
+                for g, top, main in hub[1][:greenlets.MAX_LISTED] if hub is not None and type(hub[1]) is list else ():
+                    # What it waits on is read once it stood at one place for a look: a new object
+                    # (the next reply's) starts its clock again. One not worth judging stays so.
+                    key, sig = ("greenlet", id(g)), greenlets.signature(top)
+                    old = self.tasks.get(key)
+                    verdict = "" if old is None or old.sig != sig or old.task() is not g or old.verdict == "" \
+                        else greenlets.judge(top, main)
+                    self._track(seen, stuck, now, key, g, verdict[2] if verdict else None, sig, ident,
+                                lambda: verdict[:2] if verdict else "")
         self.tasks = seen
         return stuck
+
+    def _track(self, seen, stuck, now, key, task, waiter, sig, ident, judge):
+        """One task or greenlet at this look: a new place starts its clock; one that stood still for
+        a whole stall is judged once (judge()), and is stuck when that names a partner."""
+        old = self.tasks.get(key)
+        if old is None or not old.same(task, waiter, sig):
+            seen[key] = _TaskSeen(weakref.ref(task), _weak(waiter), sig, now, ident)
+            return
+        seen[key] = old
+        if now - old.since >= self.stall:
+            if old.verdict is None:
+                old.verdict = judge()
+            if old.verdict:
+                stuck[key] = old
 
     def _tell(self, now, stuck, beats, again=False):
         """The `stall:` line and a dump, unless the other threads compute (work in progress)."""
@@ -200,6 +230,9 @@ class Tracker:
                 phase = phases.describe(first)
                 part = records.no_progress(_name(first, main), now - seen.since, seen.verdict) + \
                     (" (phase %s)" % phase if phase else "")
+            elif first[0] == "greenlet":
+                part = records.no_greenlet_progress(seen.verdict[0], _name(seen.ident, main), now - seen.since,
+                                                    seen.verdict[1])
             else:
                 part = records.no_task_progress(seen.verdict[0], _name(seen.ident, main), now - seen.since,
                                                 seen.verdict[1])
