@@ -749,3 +749,32 @@ def test_children_left_running_by_a_parent_that_ended_in_trouble_are_named_with_
     assert cause["next"].startswith("end them: `kill %d %d`" % tuple(workers))
     assert ("Ctrl-C or SIGTERM" if how == "sigkill" else "`proc.terminate()` in a `finally:`") in cause["next"]
     assert leads(text, cause), text
+
+
+def test_workers_waiting_on_one_silent_server_are_one_verdict_line_and_each_a_cause(tmp_path, logdir):
+    """Three pool workers each wait for a reply from one server that never answers: the same cause
+    three times, but one verdict line that names the other pids; --json keeps each cause."""
+    path = script(tmp_path, """
+        import multiprocessing as mp, socket
+        def fetch(addr):
+            sock = socket.create_connection(addr)
+            sock.sendall(b"GET /shard\\n")
+            return sock.recv(100)
+        if __name__ == "__main__":
+            server = socket.socket()
+            server.bind(("127.0.0.1", 0))
+            server.listen(16)
+            with mp.get_context("fork").Pool(3) as pool:
+                pool.map(fetch, [server.getsockname()] * 3, chunksize=1)
+        """, "shards.py")
+    proc = start([path], logdir, **QUIET)
+    kids, rep, text = stuck(proc, logdir, (3, "socket: fd"))
+    found = causes(rep, "network")
+    assert sorted(c["pids"][0] for c in found) == sorted(kids), (kids, found)
+    assert all("waiting for a reply" in c["text"] and "fetch at shards.py:6" in c["text"] for c in found), found
+    lines = [line for line in text.split("\n- ") if "waiting for a reply" in line]
+    assert len(lines) == 1, text
+    first = found[0]["pids"][0]
+    others = [c["pids"][0] for c in found[1:]]
+    assert lines[0].startswith("pid %d (fork<shards)" % first), lines[0]
+    assert " ".join(lines[0].split()).count("(the same in pids %d, %d)" % tuple(others)) == 1, lines[0]

@@ -837,3 +837,28 @@ def test_the_holder_is_found_on_other_pythons(logdir, minor):
     rep, _ = stalled_report(logdir, proc)
     assert "Python 3.%d" % minor in read(log_files(logdir)[0])
     assert rep["causes"][0]["kind"] == "lock" and "thread prefetch holds it" in rep["causes"][0]["text"]
+
+
+def test_leaving_a_thread_pool_s_with_block_while_its_task_waits_for_what_comes_after_it_says_so(tmp_path, logdir):
+    """The `with ThreadPoolExecutor()` block's end waits for its running tasks (shutdown(wait=True));
+    a consumer task waiting for the sentinel the code after the block would send never ends. It
+    read as a plain join in threading.py's words."""
+    proc = start([script(tmp_path, """
+        import concurrent.futures, queue
+        jobs, done = queue.Queue(), queue.Queue()
+        def consume(q):
+            while (item := q.get()) is not None:
+                done.put(item * 2)
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            pool.submit(consume, jobs)
+            for i in range(3):
+                jobs.put(i)
+        jobs.put(None)  # the sentinel, after the block: too late
+        """, "batch.py")], logdir, **QUIET)
+    rep, res = stalled_report(logdir, proc)
+    cause = only(rep, "join")
+    assert "thread MainThread waits at batch.py:7 for a ThreadPoolExecutor's running task (leaving its `with` " \
+           "block, shutdown(wait=True) waits for its tasks to end): thread ThreadPoolExecutor-0_0, which waits for " \
+           "queue `q` in consume at batch.py:5" in cause["text"], cause["text"]
+    assert "before the `with` block ends" in cause["next"] and "a sentinel" in cause["next"], cause["next"]
+    leads(res, cause)

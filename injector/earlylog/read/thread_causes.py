@@ -19,6 +19,7 @@ _MODULE = re.compile(r"/(?:site|dist)-packages/(.+)\.py$|/lib/python\d[\d.]*/(.+
 _LOCKS = ("lock", "semaphore")
 _POOL_WORKER = re.compile(r"^(.+)_\d+$")  # ThreadPoolExecutor's thread names: `PREFIX_N`
 _POOL_FILE = os.path.join("concurrent", "futures", "thread.py")
+_POOL_BASE = os.path.join("concurrent", "futures", "_base.py")  # an executor's `with` block: __exit__
 OVERFLOW = 50        # a stack whose innermost frame repeats this often is a stack overflow
 MOMENT = 2.0         # seconds: the least time between a process's last line and its next one
 FOLLOW = 120.0       # seconds: a failure this soon after a peer's may follow from it
@@ -298,9 +299,30 @@ def _join(d, t, by_ident, in_cycle):
     else:
         now = "which %s" % (_now(target)[len("itself "):] if target.wait else _now(target))
         step = "find why thread %s does not finish: it %s" % (target.name, now[len("which "):])
+    if any(f.function == "shutdown" and f.file.endswith(_POOL_FILE) for f in t.frames):
+        return [_pool_shutdown(d, t, target, now)]
     return [Cause("join", "%s: thread %s waits in join at %s for thread %s, %s" % (
         label(d), t.name, _place(t.frame), target.name, now),
         "%s; join(timeout=...) with is_alive() lets the caller notice" % step, [d.pid], [t.name, target.name])]
+
+
+def _pool_shutdown(d, t, task, now):
+    """A ThreadPoolExecutor's shutdown(wait=True), at the end of its `with` block as a rule, waits
+    for its running tasks: one that waits on a queue, event or condition of the program's waits for
+    what the shut-down thread would have done next (the sentinel it puts after the block)."""
+    block = any(f.function == "__exit__" and f.file.endswith(_POOL_BASE) for f in t.frames)
+    head = "%s: thread %s waits at %s for a ThreadPoolExecutor's running task (%s waits for its tasks to " \
+        "end): thread %s, %s" % (label(d), t.name, _place(t.frame), "leaving its `with` block, shutdown(wait=True)"
+                                 if block else "shutdown(wait=True)", task.name, now)
+    if task.wait and task.wait.kind in _IN_PROCESS:
+        step = "give the task what it waits for (the items, a sentinel, the event's set()) before %s, or give its " \
+               "wait a timeout: nothing %s does after %s reaches it" % (
+                   "the `with` block ends" if block else "shutdown()", "thread " + t.name,
+                   "the block" if block else "shutdown()")
+    else:
+        step = "find why the task does not return: it %s; `shutdown(wait=False, cancel_futures=True)` leaves " \
+               "a running task behind instead of waiting" % now[len("which "):]
+    return Cause("join", head, step, [d.pid], [t.name, task.name])
 
 
 def _starved(d, threads):

@@ -711,7 +711,7 @@ def _verdict(out, by_key, causes):
     story = _Story(out, by_key, causes)
     lines = [_headline(out, story.troubled)]
     ending = [c for c in causes if c.kind in registry.ENDINGS]
-    lines += [_cause_line(c) for c in causes if c.kind not in registry.ENDINGS]
+    lines += _cause_lines([c for c in causes if c.kind not in registry.ENDINGS])
     for kinds, tell in STORIES:
         if ending and not set(kinds) <= set(registry.BEFORE_ENDINGS):
             lines += [_cause_line(c) for c in ending]
@@ -722,8 +722,38 @@ def _verdict(out, by_key, causes):
     return lines
 
 
-def _cause_line(c):
-    return "%s; next: %s" % (c.text, c.next) if c.next else c.text
+def _cause_lines(causes):
+    """A line per cause; causes of one process each that say the same thing (8 DataLoader workers
+    waiting on one silent server: only their pids and the seconds differ) are one line, the
+    others' pids after its text. --json keeps each cause."""
+    groups, index = [], {}
+    for c in causes:
+        key = _alike_cause(c)
+        if key is not None and key in index:
+            groups[index[key]][1].append(c.pids[0])
+            continue
+        index[key] = len(groups)
+        groups.append((c, []))
+    return [_cause_line(c, same) for c, same in groups]
+
+
+_SECONDS = re.compile(r"\b\d+(?:\.\d+)? s\b")
+
+
+def _alike_cause(c):
+    """What a cause of one process says without its pid and durations; None for one about several."""
+    if len(c.pids) != 1:
+        return None
+    pid = re.compile(r"\bpid %d\b" % c.pids[0])
+    return c.kind, _SECONDS.sub("N s", pid.sub("pid *", c.text)), pid.sub("pid *", c.next or "")
+
+
+def _cause_line(c, same=()):
+    text = c.text
+    if same:
+        text += " (the same in pid%s %s)" % ("s" if len(same) > 1 else "", ", ".join(map(str, same[:8])) +
+                                             (" and %d more" % (len(same) - 8) if same[8:] else ""))
+    return "%s; next: %s" % (text, c.next) if c.next else text
 
 
 class _Story:
