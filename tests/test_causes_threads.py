@@ -862,3 +862,27 @@ def test_leaving_a_thread_pool_s_with_block_while_its_task_waits_for_what_comes_
            "queue `q` in consume at batch.py:5" in cause["text"], cause["text"]
     assert "before the `with` block ends" in cause["next"] and "a sentinel" in cause["next"], cause["next"]
     leads(res, cause)
+
+
+def test_a_pool_task_that_raised_leaves_the_main_thread_waiting_with_only_an_idle_worker(tmp_path, logdir):
+    """The task meant to set the Event raised; the exception waits in its Future, which nobody
+    reads, and the pool's worker waits for more work. It read as a deadlock with the worker, whose
+    queue (`work_queue`) the next step told the user to fill."""
+    proc = start([script(tmp_path, """
+        import concurrent.futures, threading
+        ready = threading.Event()
+        def load_config(path):
+            with open(path) as f:
+                f.read()
+            ready.set()
+        pool = concurrent.futures.ThreadPoolExecutor(2)
+        pool.submit(load_config, "/nonexistent/app.conf")
+        ready.wait()
+        """, "app.py")], logdir, **QUIET)
+    rep, res = stalled_report(logdir, proc)
+    cause = only(rep, "stranded")
+    assert "thread MainThread waits for event `ready` in <module> at app.py:10; thread ThreadPoolExecutor-0_0 is " \
+           "an executor's idle worker: no task of its runs" in cause["text"], cause["text"]
+    assert "work_queue" not in cause["text"] + cause["next"], cause
+    assert "the executor's task meant to set event `ready` has ended without it: read its Future" in cause["next"]
+    leads(res, cause)

@@ -108,7 +108,8 @@ FINDERS = (
     Finder(thread_causes.stranded, "stall", Kind(
         "stranded", THREAD, "nothing left to wake the threads",
         "Every thread waits for another (a queue, an event, a condition, a barrier, a join) and none runs, sleeps "
-        "or waits outside the process: nothing is left to wake them.", supersedes=["join"])),
+        "or waits outside the process (an executor's idle worker waits for work: a task that raised left it so): "
+        "nothing is left to wake them.", supersedes=["join"])),
     Finder(thread_causes.hub, "stall", Kind(
         "greenlet", THREAD, "greenlet waits",
         "In a gevent program, the greenlet that waits (on a lock another greenlet holds, an Event nothing sets, a "

@@ -476,28 +476,48 @@ def _stranded(d, threads):
     """Every thread of the program waits for another (an item from a queue or room in one, a
     notify, an event, the rest of a barrier's parties, a join), two or more on such objects (one, and
     the threads joining it, is the join cause's chain), and none computes, sleeps, polls
-    with a timeout or waits outside the process: nothing is left to wake them. Not told where a
-    signal handler of the program's could (a handler setting the Event, any handler installed), nor
-    for a process idle by its stacks."""
+    with a timeout or waits outside the process: nothing is left to wake them. An executor's idle
+    worker waits for a task the program has not submitted: beside one, a single thread waiting is
+    enough, and the task that was to wake it has ended (an exception in a task is kept in its
+    Future, never printed). Not told where a signal handler of the program's could wake one (a
+    handler setting the Event, any handler installed), nor for a process idle by its stacks."""
     mine = [t for t in threads if not t.name.startswith("earlylog")]
-    waiting = [t for t in mine if t.wait and t.wait.kind in _IN_PROCESS and t.wait.detail != "join"]
-    joining = [t for t in mine if t.joins and not t.wait]
-    if d.idle or len(waiting) < 2 or len(waiting) + len(joining) != len(mine) or \
+    workers = [t for t in mine if _idle_worker(t)]
+    rest = [t for t in mine if t not in workers]
+    waiting = [t for t in rest if t.wait and t.wait.kind in _IN_PROCESS and t.wait.detail != "join"]
+    joining = [t for t in rest if t.joins and not t.wait]
+    if d.idle or len(waiting) < (1 if workers else 2) or len(waiting) + len(joining) != len(rest) or \
             any(t.busy or t.sleeping or t.wakeable for t in mine):
         return []
-    mine.sort(key=lambda t: not t.main)
+    rest.sort(key=lambda t: not t.main)
     each = "; ".join("thread %s %s" % (t.name, "waits in join for thread %s" % t.joins.name if t in joining else
-                                       "waits for %s in %s" % (_waiting_on(t.wait), _where(t))) for t in mine[:4])
-    more = " (and %d more)" % (len(mine) - 4) if len(mine) > 4 else ""
+                                       "waits for %s in %s" % (_waiting_on(t.wait), _where(t))) for t in rest[:4])
+    more = " (and %d more)" % (len(rest) - 4) if len(rest) > 4 else ""
+    if workers:
+        each += "; %s %s an executor's idle worker%s: no task of %s runs" % (
+            ", ".join("thread " + t.name for t in workers[:3]) + (" and %d more" % (len(workers) - 3) if workers[3:]
+                                                                  else ""), "is" if len(workers) == 1 else "are",
+            "" if len(workers) == 1 else "s", "its" if len(workers) == 1 else "theirs")
     kinds = {t.wait.kind for t in waiting}
+    wakes = " or ".join(sorted({_wakes(t.wait) for t in waiting}))
     step = "a notify() that came before the wait began is lost: wait for the state itself, `cv.wait_for(lambda: " \
            "ready)`; " if "condition" in kinds else ""
-    step += "find the thread meant to %s (%s), and give the wait a timeout (%s) so that a lost wake-up becomes " \
-            "an error" % (" or ".join(sorted({_wakes(t.wait) for t in waiting})),
-                          "one that ended early, a sentinel never sent, fewer items put than got" if "queue" in kinds
-                          else "one that ended early or never started", _timed(waiting[0]))
+    if workers:
+        step += "the executor's task meant to %s has ended without it: read its Future (`future.result()` raises " \
+                "what the task raised; an exception in a task is kept in its Future, never printed), and give the " \
+                "wait a timeout (%s) so that a lost wake-up becomes an error" % (wakes, _timed(waiting[0]))
+    else:
+        step += "find the thread meant to %s (%s), and give the wait a timeout (%s) so that a lost wake-up becomes " \
+                "an error" % (wakes, "one that ended early, a sentinel never sent, fewer items put than got"
+                              if "queue" in kinds else "one that ended early or never started", _timed(waiting[0]))
     return [Cause("stranded", "%s: every thread waits for another, and none is left to wake them: %s%s" % (
-        label(d), each, more), step, [d.pid], [t.name for t in mine])]
+        label(d), each, more), step, [d.pid], [t.name for t in rest + workers])]
+
+
+def _idle_worker(t):
+    """A ThreadPoolExecutor's worker between tasks: waiting on its pool's work queue in _worker."""
+    return bool(t.wait) and t.wait.kind == "queue" and t.wait.detail != "put" and \
+        any(f.function == "_worker" and f.file.endswith(_POOL_FILE) for f in t.frames[:6])
 
 
 def _wakes(wait):
