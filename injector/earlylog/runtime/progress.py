@@ -90,7 +90,7 @@ def check(watchdog, now, silent):
         # greenlets may.
         frames = sys._current_frames()
         if len(frames) <= 2 and not _beats and \
-                not any(in_loop(f.f_code.co_filename) for f in frames.values()):
+                not any(loop_file(f.f_code.co_filename) for f in frames.values()):
             return
         tracker = watchdog.progress = our_threads.gated(_tracker, watchdog)
     try:
@@ -100,10 +100,12 @@ def check(watchdog, now, silent):
         watchdog._quiet("earlylog", "the progress check stopped: %r" % (exc,), console=False)
 
 
-def in_loop(path):
-    """A file an event loop's thread waits in between steps: asyncio's selector, gevent's hub, eventlet's hubs."""
+def loop_file(path):
+    """"selector" for a file an asyncio event loop's thread waits in between steps (as any
+    selector's user does), "hub" for gevent's or eventlet's hub, else None."""
     path = path.replace("\\", "/")
-    return path.endswith(("selectors.py", "/gevent/hub.py")) or "/eventlet/hubs/" in path
+    return "selector" if path.endswith("selectors.py") else \
+        "hub" if path.endswith("/gevent/hub.py") or "/eventlet/hubs/" in path else None
 
 
 class _Off:
@@ -118,4 +120,4 @@ class _Off:
 
 def _tracker(watchdog):
     from earlylog.runtime import stuck
-    return stuck.Tracker(watchdog, in_loop)
+    return stuck.Tracker(watchdog, loop_file)

@@ -78,9 +78,9 @@ class Tracker:
     """The bookkeeping of one process's watchdog: the threads' and event loops' tasks' last looks,
     and the open episode."""
 
-    def __init__(self, watchdog, in_loop):
+    def __init__(self, watchdog, loop_file):
         self.watchdog = watchdog
-        self.in_loop = in_loop  # progress.in_loop: is this a file an event loop's thread waits in?
+        self.loop_file = loop_file  # progress.loop_file: is this a file a loop's thread waits in, and whose?
         self.pid = os.getpid()
         self.stall = watchdog.stall
         self.seen = {}          # ident -> _Seen
@@ -128,7 +128,7 @@ class Tracker:
                 continue
             if _in_selector(frame):
                 loops.append((ident, frame))  # an event loop between steps: its tasks tell
-            elif self.in_loop(frame.f_code.co_filename):
+            elif self.loop_file(frame.f_code.co_filename) == "hub":
                 hubs.append((ident, frame))  # a gevent or eventlet hub between greenlets: theirs tell
             sig, runs = _signature(frame), _runs(tid)
             old = self.seen.get(ident)
