@@ -867,7 +867,7 @@ def test_leaving_a_thread_pool_s_with_block_while_its_task_waits_for_what_comes_
 def test_a_pool_task_that_raised_leaves_the_main_thread_waiting_with_only_an_idle_worker(tmp_path, logdir):
     """The task meant to set the Event raised; the exception waits in its Future, which nobody
     reads, and the pool's worker waits for more work. It read as a deadlock with the worker, whose
-    queue (`work_queue`) the next step told the user to fill."""
+    queue (`work_queue`) the next step told the user to fill, with no word of the exception."""
     proc = start([script(tmp_path, """
         import concurrent.futures, threading
         ready = threading.Event()
@@ -884,5 +884,9 @@ def test_a_pool_task_that_raised_leaves_the_main_thread_waiting_with_only_an_idl
     assert "thread MainThread waits for event `ready` in <module> at app.py:10; thread ThreadPoolExecutor-0_0 is " \
            "an executor's idle worker: no task of its runs" in cause["text"], cause["text"]
     assert "work_queue" not in cause["text"] + cause["next"], cause
-    assert "the executor's task meant to set event `ready` has ended without it: read its Future" in cause["next"]
+    # concurrent.futures printed nothing of the task's exception; earlylog kept it (file only).
+    assert "a task on thread ThreadPoolExecutor-0_0 raised FileNotFoundError: [Errno 2] No such file or directory: " \
+           "'/nonexistent/app.conf' in load_config at app.py:5, kept in its Future (never printed)" in cause["text"]
+    assert cause["next"].startswith("fix the FileNotFoundError in load_config at app.py:5, which ended the task "
+                                    "meant to set event `ready`; read each task's Future"), cause["next"]
     leads(res, cause)

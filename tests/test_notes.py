@@ -148,6 +148,9 @@ def test_exception_words():
     assert records.parse_in_thread(text) == ("loader (1)", "ValueError: bad row: 3")
     assert records.parse_in_thread(records.in_thread("worker-1") + "SystemExit: 3") == ("worker-1", "SystemExit: 3")
     assert records.parse_in_thread("ValueError: x") is None
+    task = records.in_task("ThreadPoolExecutor-0_1") + "OSError: [Errno 2] x (kept): y"
+    assert records.parse_in_task(task) == ("ThreadPoolExecutor-0_1", "OSError: [Errno 2] x (kept): y")
+    assert records.parse_in_thread(task) is None and records.parse_in_task(text) is None
 
 
 def test_child():

@@ -65,6 +65,7 @@ class Proc:
         self.exception = None   # Raised
         self.repeated = 0       # that traceback's "[Previous line repeated N more times]", summed
         self.deaths = []        # Died: threads that ended with an exception
+        self.failed_tasks = []  # Died: executor tasks that raised (the exception kept in their Future)
         self.forked = False     # started by fork() without exec: it holds copies of its parent's locks
         self.fork_threads = None  # (how many, their names) of the other threads at its last `fork:` warning
         self.fork_native = 0    # ... and how many threads with no Python stack it counted (a native pool's)
@@ -616,7 +617,12 @@ def _close_block(p):
     threads = _without_own_frames(p, parse_threads(lines))
     if kind == "exception" and text.startswith(HANDLED):
         return  # the interactive prompt (or the program) went on after it: not how the process ended
-    if kind == "exception":
+    if kind == "exception" and records.parse_in_task(text):
+        # An executor's task: not how the process ended, and kept in its Future, not printed.
+        thread, words = records.parse_in_task(text)
+        frames = _raised(text, threads, block.cut).frames
+        p.failed_tasks = (p.failed_tasks + [Died(thread, words, frames, when)])[-MAX_KEPT:]
+    elif kind == "exception":
         p.exception = _raised(text, threads, block.cut)
         frames = p.exception.frames
         p.repeated = sum(int(m.group(1)) for m in map(_REPEATED.match, threads[-1].notes if threads else []) if m)

@@ -114,7 +114,7 @@ def unset(s):
 
 
 def stranded(s):
-    return _stranded(s.d, s.threads)
+    return _stranded(s.d, s.threads, s.p.failed_tasks)
 
 
 def hub(s):
@@ -472,14 +472,14 @@ def _unset(d, threads):
 _IN_PROCESS = ("queue", "event", "condition", "barrier")
 
 
-def _stranded(d, threads):
+def _stranded(d, threads, failed=()):
     """Every thread of the program waits for another (an item from a queue or room in one, a
     notify, an event, the rest of a barrier's parties, a join), two or more on such objects (one, and
     the threads joining it, is the join cause's chain), and none computes, sleeps, polls
     with a timeout or waits outside the process: nothing is left to wake them. An executor's idle
     worker waits for a task the program has not submitted: beside one, a single thread waiting is
-    enough, and the task that was to wake it has ended (an exception in a task is kept in its
-    Future, never printed). Not told where a signal handler of the program's could wake one (a
+    enough, and the task that was to wake it has ended: one that raised (`failed`: the newest
+    is named; its exception is kept in its Future, never printed), or returned without it. Not told where a signal handler of the program's could wake one (a
     handler setting the Event, any handler installed), nor for a process idle by its stacks."""
     mine = [t for t in threads if not t.name.startswith("earlylog")]
     workers = [t for t in mine if _idle_worker(t)]
@@ -498,11 +498,21 @@ def _stranded(d, threads):
             ", ".join("thread " + t.name for t in workers[:3]) + (" and %d more" % (len(workers) - 3) if workers[3:]
                                                                   else ""), "is" if len(workers) == 1 else "are",
             "" if len(workers) == 1 else "s", "its" if len(workers) == 1 else "theirs")
+        if failed:
+            task = failed[-1]
+            each += "; a task on thread %s raised %s in %s, kept in its Future (never printed)" % (
+                task.thread, first_line(task.text), frames.where(frames.user_frame(task.frames)))
     kinds = {t.wait.kind for t in waiting}
     wakes = " or ".join(sorted({_wakes(t.wait) for t in waiting}))
     step = "a notify() that came before the wait began is lost: wait for the state itself, `cv.wait_for(lambda: " \
            "ready)`; " if "condition" in kinds else ""
-    if workers:
+    if workers and failed:
+        task = failed[-1]
+        step += "fix the %s in %s, which ended the task meant to %s; read each task's Future (`future.result()` " \
+                "raises what the task raised) so the next failure shows, and give the wait a timeout (%s)" % (
+                    task.text.partition(":")[0], frames.where(frames.user_frame(task.frames)), wakes,
+                    _timed(waiting[0]))
+    elif workers:
         step += "the executor's task meant to %s has ended without it: read its Future (`future.result()` raises " \
                 "what the task raised; an exception in a task is kept in its Future, never printed), and give the " \
                 "wait a timeout (%s) so that a lost wake-up becomes an error" % (wakes, _timed(waiting[0]))

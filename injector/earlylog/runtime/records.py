@@ -39,6 +39,7 @@ _REGEXES = {
     "no greenlet progress": r"(?:^|; )greenlet (.+?) on thread (.+?) made no progress for (\d+(?:\.\d+)?) s while "
                             r"other greenlets kept running",
     "in thread": r"^in thread (.+?): (\S.*)$",
+    "in task": r"^in a task on thread (.+?) \(kept in its Future\): (\S.*)$",
     "status": r"status (-?\d+)",
     # An argument is a repr, which may hold "; ": the call ends where what may follow it begins.
     "call": r"; ((?:sys\.exit|exit|os\._exit|raise SystemExit)\(.*?\)(?: in %s(?:, from %s)?)?"
@@ -107,6 +108,18 @@ def in_thread(name):
 def parse_in_thread(text):
     """(the thread's name, the exception's words) of an `exception:` event in_thread() began, else None."""
     m = _re("in thread").match(text)
+    return m.groups() if m else None
+
+
+def in_task(name):
+    """The first words of the `exception:` event of an executor's task that raised (hooks.py): the
+    exception is kept in the task's Future and printed only where the program reads it."""
+    return "in a task on thread %s (kept in its Future): " % name
+
+
+def parse_in_task(text):
+    """(the thread's name, the exception's words) of an `exception:` event in_task() began, else None."""
+    m = _re("in task").match(text)
     return m.groups() if m else None
 
 
