@@ -431,45 +431,11 @@ def _hook_threads():
     threading.excepthook = _thread_excepthook
 
 
-MAX_TASKS = 20  # failed tasks recorded per process: a program may fail tasks by the thousand on purpose
-_tasks = [0]
-
-
 def _hook_futures():
-    """concurrent.futures keeps a task's exception in its Future and prints nothing: a program that
-    never reads that Future waits for what the task would have done with no word of why. The
-    exception is recorded (file only) as the Future gets it (docs/design.md#a-task-that-raised)."""
-    future = sys.modules["concurrent.futures._base"].Future
-    original = vars(future).get("set_exception")
-    if original is None or getattr(original, "_earlylog", False):
-        return  # a fork child inherits the wrapper
-
-    def set_exception(self, exception):
-        original(self, exception)
-        if _tasks[0] < MAX_TASKS and state.logger is not None:
-            _tasks[0] += 1
-            try:
-                _log_exception(records.in_task(_thread_name()), type(exception), exception, exception.__traceback__,
-                               console=False)
-            except Exception:
-                pass
-
-    set_exception.__name__ = set_exception.__qualname__ = original.__qualname__
-    set_exception.__doc__, set_exception.__module__ = original.__doc__, original.__module__
-    set_exception.__wrapped__, set_exception._earlylog = original, True
-    future.set_exception = set_exception
-
-
-def _thread_name():
-    """The running thread's name, read from threading's table and the Thread's own dict (no code of
-    its runs; concurrent.futures has loaded threading)."""
-    threading = sys.modules.get("threading")
-    thread = vars(threading).get("_active", {}).get(get_ident()) if threading is not None else None
-    try:
-        name = vars(thread).get("_name") if thread is not None else None
-    except TypeError:
-        name = None
-    return name if type(name) is str else "?"
+    """An executor's task that raised (runtime/tasks.py), loaded with concurrent.futures: not on the
+    start path."""
+    from earlylog.runtime import tasks
+    tasks.watch(_log_exception)
 
 
 def _thread_excepthook(args):
