@@ -128,9 +128,9 @@ _ONE_SHOT = ("gevent.event.AsyncResult", "eventlet.event.Event")
 
 
 def judge(top, main):
-    """(its name, `waits on result `reply` (gevent.event.AsyncResult) in fetch at app.py:9`, the
-    object) for a waiting greenlet (its suspended frame `top`) that waits on an answer set once
-    (_ONE_SHOT), else '': not for the main greenlet's event (a service told to stop)."""
+    """(its name as a dump gives it, `waits on result `reply` (gevent.event.AsyncResult) in fetch at
+    app.py:9`, the object) for a waiting greenlet (its suspended frame `top`) that waits on an
+    answer set once (_ONE_SHOT), else '': not for the main greenlet's event (a service told to stop)."""
     kind, text, obj = _wait(top)
     if obj is None or _object_kind(obj)[1] not in _ONE_SHOT or kind == "event" and main:
         return ""
@@ -138,7 +138,7 @@ def judge(top, main):
     while frame is not None and _own(frame):
         frame = frame.f_back
     user = frame or top
-    return _name(top), "%s in %s at %s:%d" % (
+    return "main" if main else _name(top), "%s in %s at %s:%d" % (
         text, user.f_code.co_name, os.path.basename(user.f_code.co_filename), user.f_lineno), obj
 
 
