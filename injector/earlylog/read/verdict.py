@@ -350,7 +350,8 @@ def _awaited(main, task=None, greenlet=None):
     """A main thread parked in its asyncio event loop waits where its tasks wait: (the frame of the
     user's code in the tasks that wait for something other than tasks, the most of them in one
     place, or in the task the stall names (`Task-1 (main)`), and `2 asyncio tasks await a Future
-    there`), else None."""
+    there`), else None. A gevent or eventlet hub's thread waits where its greenlets wait, the one
+    the stall names (`greenlet`) first."""
     if greenlets.in_hub(main.frames):  # the same for gevent's hub and its greenlets
         return greenlets.awaited(main, greenlet)
     if not in_event_loop(main.frames):
