@@ -503,3 +503,35 @@ def test_a_worker_polling_an_empty_queue_in_an_except_block_stays_idle(tmp_path,
         kill_tree(proc)
     assert "handling: _queue.Empty" in text and "note: retrying" not in text
     assert not causes(rep, "retrying") and rep["processes"][0]["state"] == "idle"
+
+
+def test_a_worker_that_execs_while_starting_and_is_let_go_is_not_trouble(tmp_path, logdir):
+    """Ray's setup_worker execs its worker; Ray kills workers it does not need while they start. The
+    exec record is no work of the program's: the new program is still starting when killed by its
+    supervisor, which runs on, so it was let go, not lost (it read `vanished` under load)."""
+    path = script(tmp_path, """
+        import os, signal, subprocess, sys, time
+        setup = "import os, sys; os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)'])"
+        child = subprocess.Popen([sys.executable, "-c", setup])
+        def starts():
+            logs = [os.path.join(sys.argv[1], f) for f in os.listdir(sys.argv[1]) if "-%d-" % child.pid in f]
+            return sum(open(f).read().count("start: pid %d " % child.pid) for f in logs)
+        while starts() < 2:
+            time.sleep(0.05)  # the exec'd program has written its start line
+        time.sleep(0.5)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        print("let it go", flush=True)
+        time.sleep(60)
+        """, "pool.py")
+    proc = start([path, str(logdir)], logdir, EARLYLOG_STALL=30)
+    try:
+        def let_go():
+            rep = report_json(logdir)
+            kids = [p for p in rep["processes"] if p["ppid"] == proc.pid]
+            return kids[0] if kids and kids[0]["state"] != "running" else None
+        child = wait_for(let_go)
+    finally:
+        kill_tree(proc)
+    assert child["still_starting"] is True and child["state"] == "terminated", child
+    assert child["summary"].startswith("stopped while still starting: ended with no exit record (SIGKILL)"), child

@@ -450,7 +450,9 @@ def _line(folder, path, state, line):
         if p.stall is not None and p.stall.resumed is None and p.stall.time is not None and \
                 when >= p.stall.time:
             p.stall.resumed = when  # its wait ended then: a child it waited for ended about then
-        if kind not in ("start", "probe") and not (kind == "phase" and record["msg"].split(" ", 2)[1:2] == ["import"]):
+        # An exec is no work of the program's: Ray's setup_worker execs its worker while starting.
+        if kind not in ("start", "probe", "exec") and \
+                not (kind == "phase" and record["msg"].split(" ", 2)[1:2] == ["import"]):
             p.starting = False
     _event(folder, p, kind, when, record["msg"])
 
@@ -521,9 +523,9 @@ def _kill_notice(folder, p, text):
 
 def _exec(p):
     """The pid ran a new program (exec: Ray's setup_worker becomes default_worker): what the old
-    program was doing, its stall and open phases, is not the new one's."""
+    program was doing, its stall and open phases, is not the new one's, and the new one is starting."""
     _close_block(p)
-    p.stall, p.open, p.title = None, [], None
+    p.stall, p.open, p.title, p.starting = None, [], None, True
 
 
 def _phase(p, when, text):
