@@ -350,9 +350,11 @@ def test_noisy_stall_lines():
     stuck = records.no_progress("MainThread", 12, "waiting for lock L at f.py:12 in g") + " (phase load)"
     assert records.parse_noisy_stall(step) == (41.0, None, "steps came every ~0.2 s before; last step 5", None, None)
     assert records.parse_noisy_stall(stuck) == (12.0, "MainThread", None, None, None)
-    task = records.no_task_progress("Task-1 (main)", "MainThread", 31.2, "waiting for a Future in fetch at app.py:8")
+    task = records.no_loop_progress("task", "Task-1 (main)", "MainThread", 31.2,
+                                    "waiting for a Future in fetch at app.py:8")
     assert records.parse_noisy_stall(task + "; stacks in /tmp/x.log") == (31.0, "MainThread", None, "Task-1 (main)", None)
-    greenlet = records.no_greenlet_progress("build_index", "MainThread", 4.2, "waits on result `reply` in b at a.py:3")
+    greenlet = records.no_loop_progress("greenlet", "build_index", "MainThread", 4.2,
+                                        "waits on result `reply` in b at a.py:3")
     assert records.parse_noisy_stall(greenlet + "; stacks in /tmp/x.log") == (4.0, "MainThread", None, None, "build_index")
     assert records.parse_noisy_stall(step + "; " + stuck + "; stacks in /tmp/x.log") == (
         41.0, "MainThread", "steps came every ~0.2 s before; last step 5", None, None)

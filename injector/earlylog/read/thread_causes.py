@@ -331,7 +331,7 @@ def _starved(d, threads):
     pools = {}
     for t in threads:
         m = _POOL_WORKER.match(t.name)
-        if m and any(f.function == "_worker" and f.file.endswith(_POOL_FILE) for f in t.frames):
+        if m and _pool_worker(t):
             pools.setdefault(m.group(1), []).append(t)
     out = []
     for pool, workers in sorted(pools.items()):
@@ -478,9 +478,10 @@ def _stranded(d, threads, failed=()):
     the threads joining it, is the join cause's chain), and none computes, sleeps, polls
     with a timeout or waits outside the process: nothing is left to wake them. An executor's idle
     worker waits for a task the program has not submitted: beside one, a single thread waiting is
-    enough, and the task that was to wake it has ended: one that raised (`failed`: the newest
-    is named; its exception is kept in its Future, never printed), or returned without it. Not told where a signal handler of the program's could wake one (a
-    handler setting the Event, any handler installed), nor for a process idle by its stacks."""
+    enough, and the task that was to wake it has ended: one that raised (`failed`: the newest is
+    named; its exception is kept in its Future, never printed), or returned without it. Not told
+    where a signal handler of the program's could wake one (a handler setting the Event, any
+    handler installed), nor for a process idle by its stacks."""
     mine = [t for t in threads if not t.name.startswith("earlylog")]
     workers = [t for t in mine if _idle_worker(t)]
     rest = [t for t in mine if t not in workers]
@@ -493,25 +494,24 @@ def _stranded(d, threads, failed=()):
     each = "; ".join("thread %s %s" % (t.name, "waits in join for thread %s" % t.joins.name if t in joining else
                                        "waits for %s in %s" % (_waiting_on(t.wait), _where(t))) for t in rest[:4])
     more = " (and %d more)" % (len(rest) - 4) if len(rest) > 4 else ""
+    raised = failed[-1] if workers and failed else None
+    raised_at = frames.where(frames.user_frame(raised.frames)) if raised else None
     if workers:
         each += "; %s %s an executor's idle worker%s: no task of %s runs" % (
             ", ".join("thread " + t.name for t in workers[:3]) + (" and %d more" % (len(workers) - 3) if workers[3:]
                                                                   else ""), "is" if len(workers) == 1 else "are",
             "" if len(workers) == 1 else "s", "its" if len(workers) == 1 else "theirs")
-        if failed:
-            task = failed[-1]
+        if raised:
             each += "; a task on thread %s raised %s in %s, kept in its Future (never printed)" % (
-                task.thread, first_line(task.text), frames.where(frames.user_frame(task.frames)))
+                raised.thread, first_line(raised.text), raised_at)
     kinds = {t.wait.kind for t in waiting}
     wakes = " or ".join(sorted({_wakes(t.wait) for t in waiting}))
     step = "a notify() that came before the wait began is lost: wait for the state itself, `cv.wait_for(lambda: " \
            "ready)`; " if "condition" in kinds else ""
-    if workers and failed:
-        task = failed[-1]
+    if raised:
         step += "fix the %s in %s, which ended the task meant to %s; read each task's Future (`future.result()` " \
                 "raises what the task raised) so the next failure shows, and give the wait a timeout (%s)" % (
-                    task.text.partition(":")[0], frames.where(frames.user_frame(task.frames)), wakes,
-                    _timed(waiting[0]))
+                    raised.text.partition(":")[0], raised_at, wakes, _timed(waiting[0]))
     elif workers:
         step += "the executor's task meant to %s has ended without it: read its Future (`future.result()` raises " \
                 "what the task raised; an exception in a task is kept in its Future, never printed), and give the " \
@@ -526,8 +526,12 @@ def _stranded(d, threads, failed=()):
 
 def _idle_worker(t):
     """A ThreadPoolExecutor's worker between tasks: waiting on its pool's work queue in _worker."""
-    return bool(t.wait) and t.wait.kind == "queue" and t.wait.detail != "put" and \
-        any(f.function == "_worker" and f.file.endswith(_POOL_FILE) for f in t.frames[:6])
+    return bool(t.wait) and t.wait.kind == "queue" and t.wait.detail != "put" and _pool_worker(t)
+
+
+def _pool_worker(t):
+    """A ThreadPoolExecutor's worker thread: its stack runs the pool's _worker loop."""
+    return any(f.function == "_worker" and f.file.endswith(_POOL_FILE) for f in t.frames)
 
 
 def _wakes(wait):

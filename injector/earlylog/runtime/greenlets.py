@@ -12,9 +12,9 @@ to them. The lines (their grammar: runtime/notes.py):
 Greenlets are found by one scan of the garbage collector's objects (neither library keeps a list
 of them), done only for a thread whose stack ends in the hub's run loop, and only while the heap
 is small (MAX_BLOCKS) and the thread is not busy: a dump must stay cheap. It runs in the watchdog
-thread at dump time, and for the progress look (runtime/stuck.py: waiting(), judge() and
-signature() tell a greenlet that stayed at one wait while its hub ran the others); it never imports, switches, calls the program's code (greenlet's own C
-descriptors are read, never a library's properties) or raises."""
+thread at dump time, and for the progress look (runtime/stuck.py: waiting() and judge() tell a
+greenlet that stayed at one wait while its hub ran the others); it never imports, switches, calls
+the program's code (greenlet's own C descriptors are read, never a library's properties) or raises."""
 import os
 import sys
 
@@ -141,14 +141,6 @@ def judge(top, main):
     return "main" if main else _name(top), "%s in %s at %s:%d" % (
         text, user.f_code.co_name, os.path.basename(user.f_code.co_filename), user.f_lineno), obj
 
-
-def signature(top):
-    """A waiting greenlet's place: each frame's code and last instruction, from its suspended frame out."""
-    sig, frame = [], top
-    while frame is not None and len(sig) < MAX_CHAIN * 4:
-        sig.append((id(frame.f_code), frame.f_lasti))
-        frame = frame.f_back
-    return tuple(sig)
 
 
 def _socket_line(sock):

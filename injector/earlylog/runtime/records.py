@@ -34,10 +34,8 @@ _REGEXES = {
     "no step": r"^no training step for (\d+(?:\.\d+)?) s \(((?:steps|batches) came every ~[\d.]+ s before; "
                r"last (?:step|batch) \d+)\)",
     "no progress": r"(?:^|; )thread (.+?) made no progress for (\d+(?:\.\d+)?) s while other threads kept printing",
-    "no task progress": r"(?:^|; )task (.+?) on thread (.+?) made no progress for (\d+(?:\.\d+)?) s while other tasks "
-                        r"kept running",
-    "no greenlet progress": r"(?:^|; )greenlet (.+?) on thread (.+?) made no progress for (\d+(?:\.\d+)?) s while "
-                            r"other greenlets kept running",
+    "no loop progress": r"(?:^|; )(task|greenlet) (.+?) on thread (.+?) made no progress for (\d+(?:\.\d+)?) s "
+                        r"while other (?:tasks|greenlets) kept running",
     "in thread": r"^in thread (.+?): (\S.*)$",
     "in task": r"^in a task on thread (.+?) \(kept in its Future\): (\S.*)$",
     "status": r"status (-?\d+)",
@@ -195,35 +193,29 @@ def no_progress(thread, seconds, verdict):
     return "thread %s made no progress for %.0f s while other threads kept printing; %s" % (thread, seconds, verdict)
 
 
-def no_task_progress(task, thread, seconds, verdict):
-    """A `stall:` line's part for an asyncio task that stopped at one await while its event loop
-    ran on (stuck.py): task `Task-2 (fetch)`, the loop's thread."""
-    return "task %s on thread %s made no progress for %.0f s while other tasks kept running; %s" % (
-        task, thread, seconds, verdict)
-
-
-def no_greenlet_progress(greenlet, thread, seconds, verdict):
-    """A `stall:` line's part for a gevent or eventlet greenlet that stayed at one wait while its
-    hub ran the others (stuck.py): the greenlet's name (the function it runs), the hub's thread."""
-    return "greenlet %s on thread %s made no progress for %.0f s while other greenlets kept running; %s" % (
-        greenlet, thread, seconds, verdict)
+def no_loop_progress(unit, name, thread, seconds, verdict):
+    """A `stall:` line's part for an asyncio task (unit `task`: `Task-2 (fetch)`) that stopped at
+    one await while its event loop ran on, or a gevent or eventlet greenlet (unit `greenlet`: the
+    function it runs) that stayed at one wait while its hub ran the others (stuck.py); thread: the
+    loop's."""
+    return "%s %s on thread %s made no progress for %.0f s while other %ss kept running; %s" % (
+        unit, name, thread, seconds, unit, verdict)
 
 
 def parse_noisy_stall(text):
     """(seconds, the stuck thread's name or None, the heartbeat's words or None, the stuck task or
     None, the stuck greenlet or None) of a stall told while other threads printed or other tasks or
-    greenlets ran (no_step, no_progress, no_task_progress, no_greenlet_progress; the first part's
-    seconds), else None. A task's or greenlet's thread is its loop's."""
+    greenlets ran (no_step, no_progress, no_loop_progress; the first part's seconds), else None. A
+    task's or greenlet's thread is its loop's."""
     step, stuck = _re("no step").match(text), _re("no progress").search(text)
-    task = _re("no task progress").search(text) if stuck is None else None
-    greenlet = _re("no greenlet progress").search(text) if stuck is None and task is None else None
-    loop = task or greenlet
+    loop = _re("no loop progress").search(text) if stuck is None else None
     if step is None and stuck is None and loop is None:
         return None
-    seconds = float(step.group(1) if step else stuck.group(2) if stuck else loop.group(3))
-    thread = stuck.group(1) if stuck else loop.group(2) if loop else None
-    return seconds, thread, step.group(2) if step else None, task.group(1) if task else None, \
-        greenlet.group(1) if greenlet else None
+    seconds = float(step.group(1) if step else stuck.group(2) if stuck else loop.group(4))
+    thread = stuck.group(1) if stuck else loop.group(3) if loop else None
+    unit, name = loop.group(1, 2) if loop else (None, None)
+    return seconds, thread, step.group(2) if step else None, name if unit == "task" else None, \
+        name if unit == "greenlet" else None
 
 
 def fork_threads(names, native=0):

@@ -60,8 +60,8 @@ class _Seen:
 
 
 class _TaskSeen:
-    """One asyncio task (or greenlet) as last looked at: weak references to it and to what its step waits for
-    (a reference kept would keep them alive; a new object at a freed one's address is no match),
+    """One asyncio task (or greenlet) as last looked at: weak references to it and to what its step
+    waits for (a reference kept would keep them alive; a new object at a freed one's address is no match),
     its await chain's signature, since when all three stood still, the verdict on its wait (None:
     not judged yet; '': not a stall), and the loop thread's ident."""
     __slots__ = ("task", "waiter", "sig", "since", "verdict", "ident")
@@ -118,7 +118,6 @@ class Tracker:
         tids = _kernel_ids()
         me = get_ident()
         seen, stuck, loops, hubs = {}, {}, [], []
-
         # A thread already told stuck stays so until its stack moves: a blocked wait can be woken
         # once for nothing (seen when a child of ours is spawned) and goes back to the same wait.
         held = self.episode[0] if self.episode is not None else ()
@@ -179,7 +178,7 @@ class Tracker:
                 for g, top, main in hub[1][:greenlets.MAX_LISTED] if hub is not None and type(hub[1]) is list else ():
                     # What it waits on is read once it stood at one place for a look: a new object
                     # (the next reply's) starts its clock again. One not worth judging stays so.
-                    key, sig = ("greenlet", id(g)), greenlets.signature(top)
+                    key, sig = ("greenlet", id(g)), _signature(top)
                     old = self.tasks.get(key)
                     verdict = "" if old is None or old.sig != sig or old.task() is not g or old.verdict == "" \
                         else greenlets.judge(top, main)
@@ -230,12 +229,9 @@ class Tracker:
                 phase = phases.describe(first)
                 part = records.no_progress(_name(first, main), now - seen.since, seen.verdict) + \
                     (" (phase %s)" % phase if phase else "")
-            elif first[0] == "greenlet":
-                part = records.no_greenlet_progress(seen.verdict[0], _name(seen.ident, main), now - seen.since,
-                                                    seen.verdict[1])
-            else:
-                part = records.no_task_progress(seen.verdict[0], _name(seen.ident, main), now - seen.since,
-                                                seen.verdict[1])
+            else:  # first: ("task" or "greenlet", its id)
+                part = records.no_loop_progress(first[0], seen.verdict[0], _name(seen.ident, main),
+                                                now - seen.since, seen.verdict[1])
             parts.append(part + (" (and %d more)" % more if more else ""))
         if not stuck and whole >= BUSY:
             parts.append("busy: CPU time still rising (%d%% of a core), computing rather than hung"
@@ -312,12 +308,7 @@ def _is(path, suffix):
 
 
 def _name(ident, main):
-    thread = vars(sys.modules["threading"]).get("_active", {}).get(ident) if "threading" in sys.modules else None
-    try:
-        name = vars(thread).get("_name") if thread is not None else None
-    except TypeError:
-        name = None
-    return name if type(name) is str else "MainThread" if ident == main else "0x%x" % ident
+    return our_threads.program_thread_name(ident) or ("MainThread" if ident == main else "0x%x" % ident)
 
 
 def _judge(ident, tid, frame):

@@ -7,7 +7,7 @@ for the first MAX of a process. It never changes what set_exception does, raises
 import sys
 from _thread import get_ident
 
-from earlylog.runtime import records, state
+from earlylog.runtime import records, state, threads
 
 MAX = 20  # failed tasks recorded per process: a program may fail tasks by the thousand on purpose
 _told = [0]
@@ -25,7 +25,8 @@ def watch(log_exception):
         if _told[0] < MAX and state.logger is not None:
             _told[0] += 1
             try:
-                log_exception(records.in_task(_thread_name()), type(exception), exception, exception.__traceback__,
+                name = threads.program_thread_name(get_ident()) or "?"
+                log_exception(records.in_task(name), type(exception), exception, exception.__traceback__,
                               console=False)
             except Exception:
                 pass
@@ -34,15 +35,3 @@ def watch(log_exception):
     set_exception.__doc__, set_exception.__module__ = original.__doc__, original.__module__
     set_exception.__wrapped__, set_exception._earlylog = original, True
     future.set_exception = set_exception
-
-
-def _thread_name():
-    """The running thread's name, read from threading's table and the Thread's own dict (no code of
-    its runs; concurrent.futures has loaded threading)."""
-    threading = sys.modules.get("threading")
-    thread = vars(threading).get("_active", {}).get(get_ident()) if threading is not None else None
-    try:
-        name = vars(thread).get("_name") if thread is not None else None
-    except TypeError:
-        name = None
-    return name if type(name) is str else "?"

@@ -319,6 +319,18 @@ def program_threads():
     return {t.ident: t for t in threading.enumerate()} if threading is not None else {}
 
 
+def program_thread_name(ident):
+    """The name of the program's thread `ident`, read from threading's table and the Thread's own
+    dict (no code of threading's runs, no lock is taken); None when threading does not know it."""
+    threading = sys.modules.get("threading")
+    thread = vars(threading).get("_active", {}).get(ident) if threading is not None else None
+    try:
+        name = vars(thread).get("_name") if thread is not None else None
+    except TypeError:
+        name = None
+    return name if type(name) is str else None
+
+
 def native_ids():
     """{ident: kernel tid} for our threads and the main thread."""
     return dict(_natives)
