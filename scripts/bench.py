@@ -26,10 +26,10 @@ import bench_venvs  # noqa: E402
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_child.py")
 # The full run fits 5 minutes on 2 busy cores; --smoke (CI) only shows that every row runs.
 PLANS = {
-    "full": dict(startup_rounds=60, torch_rounds=5, torch_steps=200, log_calls=2000, log_blocks=20,
+    "full": dict(startup_rounds=60, torch_rounds=5, torch_steps=200, ddp_rounds=6, ddp_calls=2000, ddp_steps=200, log_calls=2000, log_blocks=20,
                  print_rounds=8, print_count=20000, fork_rounds=6, fork_count=100, busy_rounds=5, busy_seconds=3.5, idle_seconds=60,
                  idle_pairs=3, stall_after=2, stall_runs=3, report_sizes=(1000, 2000), report_rounds=2, warmup=1),
-    "smoke": dict(startup_rounds=3, torch_rounds=1, torch_steps=10, log_calls=200, log_blocks=3,
+    "smoke": dict(startup_rounds=3, torch_rounds=1, torch_steps=10, ddp_rounds=1, ddp_calls=50, ddp_steps=5, log_calls=200, log_blocks=3,
                   print_rounds=2, print_count=500, fork_rounds=1, fork_count=5, busy_rounds=1, busy_seconds=3, idle_seconds=2,
                   idle_pairs=1, stall_after=1, stall_runs=1, report_sizes=(10, 20), report_rounds=1, warmup=0),
 }
@@ -155,6 +155,62 @@ def torch_rows(plan, work):
     return [judged("torch-import", import_title, "EARLYLOG unset", "< 3%", stats["import"], 1.03,
                    unit="s", scale=1, cpu=stats["import_cpu"]),
             judged("torch-loop", loop_title, "EARLYLOG unset", "< 2%", stats["loop"], 1.02, unit="s", scale=1)]
+
+
+def ddp_rows(plan, work):
+    """Two gloo ranks, EARLYLOG=1 against unset, interleaved: a small all_reduce and a send/recv
+    ping-pong per call, a DDP training step, and `import torch.distributed` (where the marks and the
+    p2p wrap install). earlylog runs no code of its own in a collective (it reads PyTorch's Flight
+    Recorder at a dump): those rows are judged within noise (the on/off ratios' 25th percentile at
+    most 1.02, two gloo ranks on two busy cores swing by 20%). The one code it adds to a call, the
+    send/recv count's wrap, is timed on its own against a bare call, and judged against the
+    measured send/recv: at most 1% of it."""
+    titles = {"ddp-all-reduce": "a small gloo all_reduce (2 ranks), per collective",
+              "ddp-p2p": "a gloo send + recv (2 ranks), per pair",
+              "ddp-step": "a DDP training step (2 gloo ranks), per step",
+              "ddp-import": "`import torch.distributed` (marks and the p2p wrap install)"}
+    budgets = {"ddp-all-reduce": "within noise", "ddp-p2p": "within noise", "ddp-step": "within noise",
+               "ddp-import": "< 5%"}
+    if importlib.util.find_spec("torch") is None:
+        return [missing(rid, title, "EARLYLOG unset", budgets[rid], "torch is not installed")
+                for rid, title in titles.items()]
+    envs = {"on": child_env(EARLYLOG=1, EARLYLOG_DIR=os.path.join(work, "ddp-logs")), "off": child_env()}
+    result = os.path.join(work, "ddp-result")
+    import socket
+
+    def one(name):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        run_ok([sys.executable, CHILD, "ddp", result, str(port), str(plan["ddp_calls"]), str(plan["ddp_steps"])],
+               envs[name])
+        return read_result(result)
+
+    samples = bench_stats.interleave(plan["ddp_rounds"], ("on", "off"), one, plan["warmup"])
+    rows, off = [], {}
+    for rid, part in (("ddp-all-reduce", "all_reduce"), ("ddp-p2p", "p2p"), ("ddp-step", "step"),
+                      ("ddp-import", "import")):
+        stats = bench_stats.paired([s[part] for s in samples["on"]], [s[part] for s in samples["off"]])
+        off[part] = stats["baseline"]["median"]
+        if rid == "ddp-import":
+            out = judged(rid, titles[rid], "EARLYLOG unset", budgets[rid], stats, 1.05, unit="us", scale=1e6)
+        else:
+            out = judged(rid, titles[rid], "EARLYLOG unset", budgets[rid], stats, None, unit="us", scale=1e6)
+            out["verdict"] = "ok" if stats["ratio"]["p25"] <= 1.02 else "OVER"
+        out["result"] += "; off: %.0f us" % (off[part] * 1e6)
+        rows.append(out)
+    wrap = os.path.join(work, "p2p-wrap-result")
+    run_ok([sys.executable, CHILD, "p2p-wrap", wrap, str(plan["log_calls"]), str(plan["log_blocks"])],
+           child_env(EARLYLOG=1, EARLYLOG_DIR=os.path.join(work, "p2p-wrap-logs")))
+    timed = read_result(wrap)
+    per_call = off["p2p"] / 2  # a send and a recv, each through one wrap
+    out = judged("p2p-wrap", "the send/recv count's wrap, per point-to-point call", "the call bare",
+                 "< 1% of a gloo send or recv", bench_stats.paired(timed["earlylog"], timed["raw"]),
+                 0.01 * per_call, "added", unit="us", scale=1e6)
+    out["result"] += "; %.2f%% of a send or recv (%.0f us)" % (
+        100 * out["stats"]["added"]["median"] / per_call, per_call * 1e6)
+    rows.append(out)
+    return rows
 
 
 def logline_row(venvs, plan, work):
@@ -496,6 +552,7 @@ def main(argv=None):
         rows = guarded("idle", sleepers.start)
         rows += guarded("startup", startup_rows, venvs, plan, work)
         rows += guarded("torch", torch_rows, plan, work)
+        rows += guarded("ddp", ddp_rows, plan, work)
         rows += guarded("log-line", logline_row, venvs, plan, work)
         rows += guarded("heartbeat", heartbeat_row, venvs, plan, work)
         rows += guarded("print-live", print_row, venvs, plan, work)

@@ -214,8 +214,84 @@ def retry_beat(result, threads, handling):
     _result(result, _best(lambda n: [retries.beat(dict, 10.0) for _ in range(n)], 200))
 
 
+def _ddp_rank(rank, port, calls, steps, result):
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % port, rank=rank, world_size=2)
+    t = torch.ones(16)
+    for _ in range(20):  # connections made, buffers warm
+        dist.all_reduce(t)
+    dist.barrier()
+    began = time.perf_counter()
+    for _ in range(calls):
+        dist.all_reduce(t)
+    reduce = (time.perf_counter() - began) / calls
+    peer = 1 - rank
+    began = time.perf_counter()
+    for _ in range(calls):  # a ping-pong: send then recv on rank 0, the mirror on rank 1
+        if rank == 0:
+            dist.send(t, peer)
+            dist.recv(t, peer)
+        else:
+            dist.recv(t, peer)
+            dist.send(t, peer)
+    p2p = (time.perf_counter() - began) / calls
+    model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
+                                                        torch.nn.Linear(256, 8)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(32, 64)
+    for step in range(steps + 5):
+        if step == 5:
+            began = time.perf_counter()
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+    step = (time.perf_counter() - began) / steps
+    dist.destroy_process_group()
+    if rank == 0:
+        _result(result, {"all_reduce": reduce, "p2p": p2p, "step": step})
+
+
+def ddp(result, port, calls, steps):
+    """Two gloo ranks on CPU: a small all_reduce, a send/recv ping-pong and a DDP training step, each
+    timed on rank 0 over many calls; and `import torch.distributed`'s own time in the parent."""
+    began = time.perf_counter()
+    import torch.distributed  # noqa: F401  (earlylog's marks and the p2p wrap install here)
+    imported = time.perf_counter() - began
+    import torch.multiprocessing as mp
+    mp.start_processes(_ddp_rank, args=(port, int(calls), int(steps), result), nprocs=2, start_method="spawn")
+    with open(result) as f:
+        timed = eval(f.read())
+    timed["import"] = imported
+    _result(result, timed)
+
+
+def p2p_wrap(result, calls, blocks):
+    """earlylog's count wrap of isend/irecv (runtime/marks.py) around a trivial function, against
+    the function called bare, blocks alternating."""
+    from earlylog.runtime import collectives, marks
+
+    def original(tensor, dst=None, group=None, tag=0, group_dst=None):
+        return None
+
+    wrapped = marks._counting(original, "send", "dst", collectives.counted)
+    calls, timed = int(calls), {"earlylog": [], "raw": []}
+    for _ in range(int(blocks)):
+        began = time.perf_counter()
+        for _ in range(calls):
+            wrapped(None, 1)
+        middle = time.perf_counter()
+        for _ in range(calls):
+            original(None, 1)
+        timed["earlylog"].append((middle - began) / calls)
+        timed["raw"].append((time.perf_counter() - middle) / calls)
+    _result(result, timed)
+
+
 if __name__ == "__main__":
-    scenario = {"torch": torch_loop, "logline": log_line, "print": prints, "busy": busy, "idle": idle,
+    scenario = {"torch": torch_loop, "ddp": ddp, "p2p-wrap": p2p_wrap, "logline": log_line, "print": prints, "busy": busy, "idle": idle,
                 "heartbeat": heartbeat, "idle-threads": idle_threads,
                 "stall": stall, "forks": forks, "audit": audit, "retries": retry_beat}[sys.argv[1]]
     scenario(*sys.argv[2:])

@@ -17,7 +17,7 @@ def test_every_kind_a_finder_reports_is_registered_and_every_registered_kind_is_
     reported = set()
     for path in glob.glob(os.path.join(READ, "*.py")):
         with open(path, encoding="utf-8") as f:
-            reported |= set(re.findall(r"\b[Cc]ause\(\s*\"([a-z-]+)\"", f.read()))
+            reported |= set(re.findall(r"\b[Cc]ause\(\s*\"([a-z0-9-]+)\"", f.read()))
     assert reported == set(registry.KINDS)
 
 

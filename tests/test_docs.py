@@ -40,7 +40,7 @@ def test_causes_page_names_every_registered_cause_and_no_other():
     """docs/causes.md has one `- **title** (`kind`)` line per kind read/registry.py declares, with
     its title, and one `- **title** (verdict line)` per story the verdict tells as a line (LINES)."""
     page = text(os.path.join(ROOT, "docs", "causes.md"))
-    listed = re.findall(r"^- \*\*(.+?)\*\* \(`([a-z-]+)`\)", page, re.M)
+    listed = re.findall(r"^- \*\*(.+?)\*\* \(`([a-z0-9-]+)`\)", page, re.M)
     assert len(listed) == len({kind for _, kind in listed}), "a kind listed twice"
     assert {kind: title for title, kind in listed} == {k.kind: k.title for k in KINDS.values()}
     lines = re.findall(r"^- \*\*(.+?)\*\* \(verdict line\)", page, re.M)

@@ -36,13 +36,19 @@ def test_a_process_with_earlylog_on_loads_only_the_runtime(tmp_path, logdir):
     assert res.returncode == 0, res.err
     loaded = json.loads(res.out)
     assert "earlylog.runtime.boot" in loaded
-    assert [m for m in loaded if not m.startswith("earlylog.runtime") and m != "earlylog"] == []
+    assert [m for m in loaded if not m.startswith(("earlylog.runtime", "earlylog.grammar")) and m != "earlylog"] == []
 
 
 def test_the_runtime_never_imports_the_reader_or_the_command():
     for path in _sources("runtime"):
         for module, _name in _imports(path):
             assert not module.startswith(("earlylog.read", "earlylog.cli")), (path, module)
+
+
+def test_the_grammar_belongs_to_neither_room():
+    for path in _sources("grammar"):
+        for module, _name in _imports(path):
+            assert not module.startswith(("earlylog.read", "earlylog.cli", "earlylog.runtime")), (path, module)
 
 
 def test_reader_and_command_use_only_each_others_public_names():
@@ -61,7 +67,9 @@ def test_a_runtime_copy_holds_the_runtime_only(tmp_path):
     written = bundle.copy_runtime(str(tmp_path))
     names = sorted(os.path.relpath(p, str(tmp_path / "earlylog")) for p in written)
     assert "__init__.py" in names and "phases.py" in names and os.path.join("runtime", "boot.py") in names
-    assert [n for n in names if not n.startswith("runtime" + os.sep) and n not in ("__init__.py", "phases.py")] == []
+    assert os.path.join("grammar", "stalls.py") in names
+    assert [n for n in names if not n.startswith(("runtime" + os.sep, "grammar" + os.sep))
+            and n not in ("__init__.py", "phases.py")] == []
 
 
 # Loaded by our threads outside the gate by design: they sleep or take seconds, and no fork child's

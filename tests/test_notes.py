@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from earlylog.grammar import stalls
 from earlylog.runtime import notes, records
 from support import ROOT, run_python
 
@@ -343,23 +344,104 @@ def test_watchdog_lines():
 
 
 
-def test_noisy_stall_lines():
-    """A stall told while other threads print (runtime/stuck.py writes it through records.py): its
-    seconds, the stuck thread, the heartbeat's words, the stuck asyncio task or greenlet, read back."""
-    step = records.no_step(41.2, "step", "0.2", 5)
-    stuck = records.no_progress("MainThread", 12, "waiting for lock L at f.py:12 in g") + " (phase load)"
-    assert records.parse_noisy_stall(step) == (41.0, None, "steps came every ~0.2 s before; last step 5", None, None)
-    assert records.parse_noisy_stall(stuck) == (12.0, "MainThread", None, None, None)
-    task = records.no_loop_progress("task", "Task-1 (main)", "MainThread", 31.2,
-                                    "waiting for a Future in fetch at app.py:8")
-    assert records.parse_noisy_stall(task + "; stacks in /tmp/x.log") == (31.0, "MainThread", None, "Task-1 (main)", None)
-    greenlet = records.no_loop_progress("greenlet", "build_index", "MainThread", 4.2,
-                                        "waits on result `reply` in b at a.py:3")
-    assert records.parse_noisy_stall(greenlet + "; stacks in /tmp/x.log") == (4.0, "MainThread", None, None, "build_index")
-    assert records.parse_noisy_stall(step + "; " + stuck + "; stacks in /tmp/x.log") == (
-        41.0, "MainThread", "steps came every ~0.2 s before; last step 5", None, None)
-    assert records.parse_noisy_stall(records.no_step(9, "batch", "1.5", 30))[2] == "batches came every ~1.5 s before; last batch 30"
-    assert records.parse_noisy_stall("silent for 30 s; blocked: sleeping") is None
+def _fields(line):
+    return {name: getattr(line, name) for name in line.__slots__ if getattr(line, name) is not None}
+
+
+def test_stall_lines_round_trip():
+    """The `stall:` line, the contract alerts and EARLYLOG_STALL_EXIT act on, has one writer per
+    shape and one parser (grammar/stalls.py): every shape and state the runtime writes reads back
+    typed, so a rewording on one side fails here."""
+    path = "/tmp/x.log"
+    silent = {
+        stalls.busy(0.374): ("busy", 37),
+        stalls.IDLE_WORDS: ("idle", None),
+        stalls.BLOCKED_WORDS: ("blocked", None),
+        "waiting for input at the terminal (input()) in ask at ask.py:3": ("terminal", None),
+        "waiting for child pid 812 (python train.py); its own log says whether it is stuck": ("children", None),
+        stalls.in_collective("rank 0 waits in all_reduce #11 on group 0 (gloo) for its peer ranks"):
+            ("collective", None),
+    }
+    for words, (state, share) in silent.items():
+        for phase in ("", "load shards"):
+            line = stalls.parse(stalls.silent(31.4, phase, words, path))
+            assert _fields(line) == dict({"shape": "silent", "seconds": 31.0, "state": state, "words": words,
+                                          "path": path}, **({"phase": phase} if phase else {}),
+                                         **({"share": share} if share is not None else {})), words
+    assert stalls.parse(stalls.silent(3, "", stalls.BLOCKED_WORDS, None)).path == "the console"
+    step = stalls.no_step(41.2, "step", "0.2", 5)
+    stuck = stalls.no_progress("MainThread", 12, "waiting for lock L at f.py:12 in g", "load", more=2)
+    assert stuck.endswith("in g (phase load) (and 2 more)")
+    task = stalls.no_loop_progress("task", "Task-1 (main)", "MainThread", 31.2, "waiting for a Future in fetch at app.py:8")
+    greenlet = stalls.no_loop_progress("greenlet", "build_index", "MainThread", 4.2,
+                                       "waits on result `reply` in b at a.py:3")
+    noisy = {
+        (step,): {"seconds": 41.0, "steps": "steps came every ~0.2 s before; last step 5"},
+        (stuck,): {"seconds": 12.0, "thread": "MainThread"},
+        (task,): {"seconds": 31.0, "thread": "MainThread", "task": "Task-1 (main)"},
+        (greenlet,): {"seconds": 4.0, "thread": "MainThread", "greenlet": "build_index"},
+        (step, stuck): {"seconds": 41.0, "thread": "MainThread", "steps": "steps came every ~0.2 s before; last step 5"},
+        (step, stalls.busy(0.5)): {"seconds": 41.0, "steps": "steps came every ~0.2 s before; last step 5",
+                                   "state": "busy", "share": 50},
+    }
+    for parts, fields in noisy.items():
+        line = stalls.parse(stalls.noisy(list(parts), path))
+        assert _fields(line) == dict(fields, shape="noisy", words="; ".join(parts), path=path), parts
+    assert stalls.parse(stalls.noisy([stalls.no_step(9, "batch", "1.5", 30)], path)).steps == \
+        "batches came every ~1.5 s before; last batch 30"
+    assert _fields(stalls.parse(stalls.gil(12.3, 0.9))) == {"shape": "gil", "seconds": 12.0}
+    assert "computing (90% of a core)" in stalls.gil(12, 0.9) and ", blocked;" in stalls.gil(12, 0.1)
+    assert _fields(stalls.parse(stalls.over(6.2, silence=True))) == {"shape": "over", "seconds": 6.0}
+    assert _fields(stalls.parse(stalls.over(6.2, silence=False))) == {"shape": "over", "seconds": 6.0}
+    assert stalls.parse("silent for 30 s; blocked: sleeping") is None  # no `stacks in`: not a stall line
+    assert stalls.parse("rank 0 is fine") is None
+    # A wait for peer ranks in a collective, silent or while other threads print: its collective.
+    peers = stalls.waiting_for_peers("all_reduce #11 on group 0")
+    assert stalls.parse(stalls.silent(6, "", stalls.in_collective("the main thread is " + peers), path)).collective \
+        == "all_reduce #11 on group 0"
+    told = stalls.parse(stalls.noisy([step, stalls.no_progress("MainThread", 4, peers + " at t.py:9 in f")], path))
+    assert told.collective == "all_reduce #11 on group 0" and told.thread == "MainThread"
+    assert stalls.parse(stalls.noisy([stalls.no_progress("T", 4, stalls.waiting_for_peers("recv #3 from rank 0", "0")
+                                                         + " at t.py:9 in f")], path)).collective == "recv #3 from rank 0"
+    assert stalls.parse(stalls.noisy([stuck], path)).collective is None
+
+
+def test_stall_lines_reach_the_console_by_one_rule():
+    """Which stalls a person sees, stated once (grammar/stalls.py): never an idle process's or one at a
+    prompt; a supervisor's only to relay a stuck child; a rank waiting for its peers from its second
+    telling; a noisy stall when a thread is stuck, or no step came and nothing computes."""
+    assert stalls.console_silent(stalls.BLOCKED_WORDS, False, False) is True
+    assert stalls.console_silent(stalls.IDLE_WORDS, True, True) is False
+    assert stalls.console_silent("waiting for input at the terminal (input())", True, True) is False
+    children = "waiting for child pid 8 (python w.py); its own log says whether it is stuck"
+    assert stalls.console_silent(children, False, True) is False
+    assert stalls.console_silent(children + "; stuck: pid 8 (w): blocked: no CPU used", True, False) is True
+    collective = stalls.in_collective("the main thread is waiting in barrier #2 on group 0 for peer ranks")
+    assert (stalls.console_silent(collective, False, False), stalls.console_silent(collective, False, True)) == \
+        (False, True)
+    assert stalls.console_noisy(True, 0.0, False, False) is True
+    assert (stalls.console_noisy(True, 0.0, True, False), stalls.console_noisy(True, 0.0, True, True)) == (False, True)
+    assert stalls.console_noisy(False, 0.9, False, False) is None  # computing beside its own output
+
+
+def test_collective_notes_round_trip():
+    """The `collective:` note (runtime/collectives.py writes it through notes.py): every field back."""
+    cases = [
+        ("all_reduce", 11, "0", "default_pg", "gloo", "0,1", 4.12, 1, 10, None, None, 5, False),
+        ("barrier", 1, "0", None, None, None, None, 0, None, None, None, None, True),
+        ("recv", 3, "0", None, "gloo", "0,1", None, 0, None, "0", 0, 6, True),
+        ("send", 1, "2", None, "gloo", "0,2", None, 0, None, "2", 4, None, False),
+        ("all_gather_into_tensor", None, None, None, None, None, None, 0, None, None, None, 0, False),
+    ]
+    for fields in cases:
+        line = notes.collective(*fields)
+        assert line.startswith("  collective: ")
+        got = notes.parse(line.strip())
+        want = list(fields)
+        want[6] = round(fields[6], 1) if fields[6] is not None else None
+        assert got.astuple() == tuple(want), (line, got)
+    assert notes.parse(notes.collective(*cases[0]).strip()).where == "all_reduce #11 on group 0"
+    assert notes.parse(notes.collective(*cases[2]).strip()).where == "recv #3 from rank 0"
 
 
 def test_start_lines():

@@ -240,7 +240,8 @@ def test_torchrun_rendezvous_hang_names_the_straggler_rank(tmp_path, logdir):
     assert rank0["state"] == rank1["state"] == "stalled" and rank0["rank"] == 0
     assert rank1["where"]["function"] == "read_index"
     assert rank0["stall"]["main"]["call"] == "barrier"
-    assert "rank 1 is in read_index at job.py:5; rank 0 waits in barrier" in rep["verdict"]
+    assert "rank 1 is the straggler: it is in read_index at job.py:5, outside any collective (waiting on a lock, " \
+           "condition or event); rank 0 waits in barrier #1 on group 0 for it" in rep["verdict"]
     # After the kill, the story stays readable: the ranks vanished while stuck where they were.
     wait_for(lambda: all(p["state"] == "vanished" for p in report_json(logdir)["processes"]))
     after = report_json(logdir)

@@ -7,15 +7,16 @@ import shutil
 from earlylog import __version__
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# What a process with EARLYLOG=1 loads: the package's public face and the runtime side, never
-# the reader or the command.
+# What a process with EARLYLOG=1 loads: the package's public face, the runtime side and the log's
+# grammar it writes through, never the reader or the command.
 _TOP_FILES = ("__init__.py", "phases.py")
+FOLDERS = ("grammar", "runtime")
 
 
 def runtime_files():
     """The files a runtime copy holds, relative to the package folder (sorted)."""
-    runtime = os.path.join(PACKAGE_DIR, "runtime")
-    return sorted(list(_TOP_FILES) + [os.path.join("runtime", n) for n in os.listdir(runtime) if n.endswith(".py")])
+    return sorted(list(_TOP_FILES) + [os.path.join(folder, n) for folder in FOLDERS
+                                      for n in os.listdir(os.path.join(PACKAGE_DIR, folder)) if n.endswith(".py")])
 
 
 def template_path():
@@ -31,7 +32,8 @@ def template_path():
 def copy_runtime(dest):
     """Write dest/earlylog/ with the runtime files; returns the paths written."""
     pkg = os.path.join(dest, "earlylog")
-    os.makedirs(os.path.join(pkg, "runtime"), exist_ok=True)
+    for folder in FOLDERS:
+        os.makedirs(os.path.join(pkg, folder), exist_ok=True)
     written = []
     for name in runtime_files():
         target = os.path.join(pkg, name)

@@ -149,8 +149,8 @@ def install(args):
     with open(os.path.join(site, HOOK_PTH), "w", encoding="utf-8") as f:
         f.write(pthline.render(runtime=os.path.join(site, version_dir), origin="earlylog install"))
     manifest = {"version": __version__, "files": [HOOK_PTH] + written + [os.path.join(HOOK_DIR, MANIFEST)],
-                "dirs": [HOOK_DIR, version_dir, os.path.join(version_dir, "earlylog"),
-                         os.path.join(version_dir, "earlylog", "runtime")]}
+                "dirs": [HOOK_DIR, version_dir, os.path.join(version_dir, "earlylog")] +
+                        [os.path.join(version_dir, "earlylog", folder) for folder in bundle.FOLDERS]}
     with open(_manifest_path(site), "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=1)
     problem = _build_startpack(exe, os.path.join(site, version_dir))

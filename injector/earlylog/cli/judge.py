@@ -9,12 +9,11 @@ import socket
 import sys
 import time
 
+from earlylog.grammar import stalls
 from earlylog.read import logread, verdict
 from earlylog.read.causes import label
 from earlylog.read.frames import where
 
-# The stall line of a process whose main thread waits for (or sleeps while) its children run.
-_PARENT = "; waiting for child"
 # A thread reading a terminal: `blocked: reading fd 0 (/dev/pts/3 ...)` and the like.
 _TERMINAL = ("/dev/pts/", "/dev/tty", "a terminal")
 
@@ -27,7 +26,8 @@ def why_not(d):
         return "busy: CPU time still rising, computing rather than hung"
     if d.state != "stalled" or d.stall is None:
         return "its state is %s, not stalled" % d.state
-    if _PARENT in (d.stall.text or ""):
+    line = stalls.parse(d.stall.text)
+    if line is not None and line.state == stalls.CHILDREN:
         return "a parent waiting for its children (they are judged on their own)"
     blocked = [t for t in d.stall.threads if (t.state or "").startswith("blocked:")]
     if blocked and all(any(mark in t.state for mark in _TERMINAL) for t in blocked):

@@ -4,6 +4,8 @@ exits, dead threads, the GIL, crashes) live in thread_causes.py, asyncio's (a bl
 dead task) in async_causes.py, process-level ones (children, pipes, stdin, sockets, pools) in
 process_causes.py; read/registry.py lists every kind, runs the finders and orders what they find.
 Also the words every cause uses for a process and a duration."""
+from earlylog.grammar import stalls
+from earlylog.runtime import records
 
 
 class Cause:
@@ -21,10 +23,28 @@ class Cause:
 
 
 def label(d):
-    """How the report names a process: `rank 3`, or `pid 4242 (train)`; a process that retitled
-    itself by its title (Ray's worker as its task: `pid 4242 (ray::hang_forever)`)."""
-    return "rank %d" % d.rank if d.tag and d.tag.startswith("rank") and d.rank is not None \
-        else "pid %d (%s)" % (d.pid, d.title or d.tag)
+    """How the report names a process: `rank 3`, `rank 1 (pid 4242)` for a rank its launcher did
+    not tag (mp.spawn's), or `pid 4242 (train)`; a process that retitled itself by its title (Ray's
+    worker as its task: `pid 4242 (ray::hang_forever)`)."""
+    if d.tag and d.tag.startswith("rank") and d.rank is not None:
+        return "rank %d" % d.rank
+    found = rank(d)[0]
+    return "rank %d (pid %d)" % (found, d.pid) if found is not None else "pid %d (%s)" % (d.pid, d.title or d.tag)
+
+
+def rank(d):
+    """(rank, world size or None) of a rank of a distributed job, else (None, None): a process
+    torchrun (or another launcher that sets RANK) started, tagged rankN, or one whose log shows
+    init_process_group's phase (mp.spawn, a rank passed as an argument). A process that only
+    inherited RANK (a DataLoader worker, a subprocess of a rank) is none."""
+    if d.tag and d.tag.startswith("rank") and d.rank is not None:
+        return d.rank, d.world_size
+    main = d.stall.main if d.stall else None
+    found = records.parse_init(main.phase if main else None)[0]
+    if found:
+        return found
+    init = next((p for p in reversed(d.phases or ()) if p.name.startswith("init_process_group ")), None)
+    return records.parse_init(init.name if init else None)[0] or (None, None)
 
 
 def secs(s):
@@ -47,4 +67,5 @@ def first_line(text):
 
 def busy(stall_text):
     """Does a `stall:` line say the process was computing (`; busy: CPU time still rising ...`)?"""
-    return "; busy: " in (stall_text or "")
+    line = stalls.parse(stall_text)
+    return line is not None and line.state == stalls.BUSY

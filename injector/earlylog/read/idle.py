@@ -3,6 +3,7 @@ nothing of the user's pending, a server's serve_forever, a pool worker's empty q
 is idle, not stuck. It decides from the frames of the last stall dump and the kernel state of each
 thread (docs/design.md#idle-is-not-stuck). It only judges, and must never call idle a thread that
 waits inside a task of the user's: for a reply, a lock, a child or a peer."""
+from earlylog.grammar import stalls
 from earlylog.read import greenlets
 from earlylog.read.frames import in_event_loop, is_file, library, task_chains
 from earlylog.runtime import notes
@@ -111,8 +112,9 @@ def at_terminal(texts):
     for note in texts:
         if type(notes.parse(note)) is notes.Terminal:
             return notes.parse(note).text
-        if "; waiting for input at the terminal (" in note:
-            return "waiting for input at the terminal (%s)" % note.partition("at the terminal (")[2].partition(")")[0]
+        line = stalls.parse(note)
+        if line is not None and line.state == stalls.TERMINAL:
+            return "%s (%s)" % (stalls.TERMINAL_WORDS, line.words.partition("at the terminal (")[2].partition(")")[0])
     return None
 
 

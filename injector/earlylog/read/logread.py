@@ -9,6 +9,7 @@ from earlylog import __version__
 from earlylog.read import files as folder_files
 from earlylog.read.frames import call_name, cells, user_frame
 from earlylog.read.model import Crash, Exit, Frame, GilHeld, Record, Retry, Stall, to_json
+from earlylog.grammar import stalls
 from earlylog.runtime import notes, records
 
 # `File "path", line N[,] in function`: faulthandler's raw crash output and Python tracebacks (a
@@ -74,6 +75,9 @@ class Proc:
         self.signal = None      # Signalled
         self.crash = None       # model.Crash: the fatal error that ended it
         self.stall = None       # model.Stall: the stall it was last in (ended or not)
+        # Its waits for peer ranks in a collective that ended (a slower rank, most often): how many,
+        # the longest (seconds), and the collective of that one (`all_reduce #3 on group 0`).
+        self.peer_waits = None
         self.phases = []        # closed Phases; open ones in self.open
         self.open = []
         self.mem = []           # the first and the newest `mem:` texts
@@ -246,6 +250,11 @@ class Thread:
         """A signal handler of the program's could wake it: one that sets the Event it waits on, or
         any handler the main thread's notes list."""
         return notes.first(self.notes, notes.SetBy) is not None or notes.first(self.notes, notes.Handles) is not None
+
+    @property
+    def collective(self):
+        """The collective of torch.distributed it waits in (a notes.Collective), or None."""
+        return notes.first(self.notes, notes.Collective)
 
     @property
     def frame(self):
@@ -645,10 +654,13 @@ def _close_block(p):
 
 
 def _stall(p, when, text):
-    if text.startswith("over"):
-        if p.stall is not None:
+    line = stalls.parse(text)
+    shape = line.shape if line is not None else None
+    if shape == "over":
+        if p.stall is not None and p.stall.over is None:
             p.stall.over = when
-    elif text.startswith("the GIL"):  # the watchdog ran again: the GIL stall before it is over
+            _peer_wait(p, when)
+    elif shape == "gil":  # the watchdog ran again: the GIL stall before it is over
         if p.gil is not None and p.gil.over is None:
             p.gil.over = when
         if p.stall is not None and p.stall.gil and p.stall.over is None:
@@ -658,12 +670,23 @@ def _stall(p, when, text):
         # stacks of the stall before, rather than none.
         earlier = p.stall.threads if p.stall is not None and p.stall.over is None else []
         p.stall = Stall(when, text, earlier)
-        noisy = records.parse_noisy_stall(text)
-        if noisy and when is not None:
+        if shape == "noisy" and when is not None:
             # Output goes on during such a stall: only its `over` line ends it; it began
             # `seconds` before its line (the last step, or the thread's last move).
-            p.stall.noisy, p.stall.since = True, when - noisy[0]
-            p.stall.stuck, p.stall.steps, p.stall.task, p.stall.greenlet = noisy[1:]
+            p.stall.noisy, p.stall.since = True, when - line.seconds
+            p.stall.stuck, p.stall.steps, p.stall.task, p.stall.greenlet = line.thread, line.steps, line.task, \
+                line.greenlet
+
+
+def _peer_wait(p, when):
+    """An ended stall of a thread waiting for peer ranks in a collective: kept in p.peer_waits."""
+    line = stalls.parse(p.stall.text)
+    began = p.stall.since or p.stall.time
+    if line is None or line.collective is None or when is None or began is None:
+        return
+    count, longest, where = p.peer_waits or (0, 0.0, None)
+    seconds = when - began if line.shape == "noisy" else when - p.stall.time + line.seconds
+    p.peer_waits = (count + 1, max(longest, seconds), line.collective if seconds >= longest else where)
 
 
 def _gil(p, when, text, threads):

@@ -151,7 +151,13 @@ class Process(Record):
                  "world_size", "restart", "job", "command", "idle", "checked_here", "kernel_state", "killed_by",
                  "still_starting", "files", "start", "last_seen", "end", "state", "status", "summary", "where",
                  "phase", "stall", "crash", "exception", "memory", "warnings", "phases", "children", "waited_by",
-                 "retrying", "earlylog", "exit_call", "exit_note", "exit_next")
+                 "retrying", "earlylog", "exit_call", "exit_note", "exit_next", "peer_waits")
+
+
+class PeerWaits(Record):
+    """The waits of a rank for its peer ranks in collectives that ended (it went on after each):
+    how many were told, the longest in seconds, and its collective (`all_reduce #3 on group 0`)."""
+    __slots__ = ("count", "longest", "collective")
 
 
 class StallRecord(Record):

@@ -9,7 +9,7 @@ It owns the order finders run in and the rule of supersession; the finders own t
 bodies stay in thread_causes.py, process_causes.py, async_causes.py, acted.py). It only reads the
 judged report and the folder: it never writes, and a finder that fails costs only its own room's
 causes (one line in the report's problems)."""
-from earlylog.read import acted, async_causes, process_causes, thread_causes
+from earlylog.read import acted, async_causes, process_causes, rank_causes, thread_causes
 
 THREAD, PROCESS, RUN = "thread", "process", "run"
 ALL = "*"  # supersedes every cause read from its process's dump: it is told alone
@@ -126,6 +126,21 @@ FINDERS = (
     Finder(thread_causes.first_failure, "run", Kind(
         "first-failure", RUN, "first failure",
         "Rank R failed first and the other ranks failed after it: fix R's error; the rest follow from it.")),
+    # --- the ranks of a distributed job, by the collective each waits in (rank_causes.py) ---
+    Finder(rank_causes.find, "run", Kind(
+        "ranks-differ", RUN, "ranks in different collectives",
+        "The ranks of a group wait in different collectives, or at different ordinals (each rank's collective, "
+        "its ordinal in the group and its training step are named): none can return. Most often a rank ran out "
+        "of batches and left its loop while the others began another step, or a collective runs under a rank "
+        "condition: give every rank the same batches (DistributedSampler(drop_last=True), DDP's join()), call "
+        "each collective on every rank.", supersedes=["trouble", "straggler"]), Kind(
+        "collective-stuck", RUN, "no rank returns from a collective",
+        "Every rank of the job waits in the same collective at the same ordinal and none returns: the transport "
+        "(the network between hosts, NCCL), not the program's order of calls.", supersedes=["trouble", "straggler"]),
+        Kind(
+        "p2p-unmatched", RUN, "send and recv unmatched",
+        "Two ranks both wait in recv from each other (or both in send): the counts of sends and receives on that "
+        "pair say whose send is missing; pair each recv with a send.", supersedes=["trouble", "straggler"])),
     # --- asyncio (async_causes.py) ---
     Finder(async_causes.find, "run", Kind(
         "loop-blocked", THREAD, "event loop blocked",
@@ -223,6 +238,9 @@ LINES = (
     Kind("child-ended", PROCESS, "child ended",
          "A parent waits for a child that crashed, failed or stalled, with no cause more precise: fix what ended "
          "the child; wait with a timeout and check its exit status.", supersedes=["trouble"]),
+    Kind("slowing", RUN, "slowed by a slower rank",
+         "A rank waited for its peer ranks in collectives and went on each time: a slower rank holds the job up "
+         "(named when it never waited itself). Slow, not stuck: no cause, no trouble."),
     Kind("trouble", PROCESS, "process in trouble",
          "A process in trouble that no cause or other line explains gets a line of its own: its state, where it "
          "was, and the next step its error is known to need."),

@@ -12,7 +12,7 @@ import re
 import time
 
 from earlylog.read import frames, greenlets, idle
-from earlylog.read.causes import Cause, first_line, label, secs
+from earlylog.read.causes import Cause, first_line, label, rank as rank_of, secs
 from earlylog.read.model import Frame
 from earlylog.runtime import notes  # the grammar of the runtime's notes under a thread in a dump
 _MODULE = re.compile(r"/(?:site|dist)-packages/(.+)\.py$|/lib/python\d[\d.]*/(.+)\.py$")
@@ -264,7 +264,7 @@ def _fork_native(d, t, parent):
     first parallel call waits for them forever (torch ops in a DataLoader worker forked after the
     parent computed)."""
     native = parent.fork_native if parent is not None else 0
-    if not native or t.busy or d.idle or "(futex)" not in (t.state or ""):
+    if not native or t.busy or d.idle or "(futex)" not in (t.state or "") or _native_wait_explained(d, t):
         return []
     return [Cause("fork-lock", "%s: thread %s is blocked on a lock inside native code in %s, which no thread of "
                                "this process can release: it was made by fork() from pid %d while %d thread%s with "
@@ -275,6 +275,24 @@ def _fork_native(d, t, parent):
                   "DataLoader(multiprocessing_context='spawn')), or fork before the parent's first parallel "
                   "computation (a pool starts at its first use: torch.set_num_threads(1) or OMP_NUM_THREADS=1 keeps "
                   "it from starting)", [d.pid, d.ppid], [t.name])]
+
+
+# Where a futex wait in native code is a wait on a peer or a device, not on a lock fork copied: a
+# collective (its Python call, or DDP's from C++ in backward or forward), a GPU's work.
+_PEER_SITES = ("/torch/distributed/", "/torch/autograd/", "/torch/nn/parallel/")
+_DEVICE_SITES = ("/torch/cuda/",)
+
+
+def _native_wait_explained(d, t):
+    """Evidence of an ordinary reason for a thread's native wait: it waits in a collective (its
+    `collective:` note, or a rank's thread under torch.distributed, backward or DDP), or on a GPU
+    (torch.cuda's frames, or a process that initialised CUDA)."""
+    paths = [f.file.replace("\\", "/") for f in t.frames]
+    if t.collective is not None or any(site in p for p in paths for site in _DEVICE_SITES):
+        return True
+    if any(p.name.startswith("CUDA initialisation") for p in d.phases):
+        return True
+    return rank_of(d)[0] is not None and any(site in p for p in paths for site in _PEER_SITES)
 
 
 def _flush_for_parent(d, t, by_ident, parent):

@@ -8,16 +8,18 @@ import re
 import time
 
 from earlylog import __version__
-from earlylog.read import async_causes, greenlets, idle, known, registry
-from earlylog.read.causes import busy, first_line, label, secs
+from earlylog.grammar import stalls
+from earlylog.read import async_causes, greenlets, idle, known, rank_causes, registry
+from earlylog.read.causes import busy, first_line, label, rank as rank_of, secs
 from earlylog.read.frames import (awaited_words, call_name, in_event_loop, library,
                                   task_chains, user_frame, where)
-from earlylog.read.model import Memory, Process, Raised, Report, Retrying, StallRecord, WaitedBy
+from earlylog.read.model import Memory, PeerWaits, Process, Raised, Report, Retrying, StallRecord, WaitedBy
 from earlylog.runtime import notes, records
 
 SCHEMA = 1
 TROUBLE = ("stalled", "crashed", "killed", "vanished", "failed")
 ALIKE = 3  # processes of one parent that ended the same way are told in one verdict line
+DUMPING = 2.0  # seconds a stall line's dump may take to follow it
 _STOPPED = ("T", "t")  # kernel states of a process held stopped: by a signal, by a tracer
 _OOM_HOW = "confirm with `dmesg -T | grep -i oom` or `journalctl -k | grep -i oom` on that host"
 
@@ -67,7 +69,9 @@ def _process(p, now, here):
                 command=p.argv, checked_here=False, still_starting=p.starting,
                 files=[os.path.basename(f) for f in p.files], start=p.first, last_seen=p.last, status=p.exit.status,
                 summary="", memory=_memory(p), warnings=list(p.warnings), phases=p.phases + p.open, children=[],
-                earlylog=p.version, exit_call=p.exit.call)
+                earlylog=p.version, exit_call=p.exit.call,
+                peer_waits=PeerWaits(count=p.peer_waits[0], longest=round(p.peer_waits[1], 1),
+                                     collective=p.peer_waits[2]) if p.peer_waits else None)
     if p.open:
         d.phase = p.open[-1].name
     raised = _raised(p)
@@ -77,6 +81,10 @@ def _process(p, now, here):
     # is not ended by their output: only by its `over` line.
     stalled_at_end = p.stall is not None and p.stall.over is None and p.exec is None and \
         (p.stall.noisy or p.activity is None or p.stall.time is None or p.stall.time >= p.activity)
+    if stalled_at_end and not p.stall.threads and p.stall.time is not None and now - p.stall.time < DUMPING:
+        # Read between a first stall line and its dump, which comes a moment after: nothing to judge
+        # by yet (a report would say "stalled in an unknown place" of a server's idle wait).
+        stalled_at_end = False
     cut = not stalled_at_end and p.stall is not None and p.stall.over is None and p.exec is None and _cut_short(p)
     if stalled_at_end or cut:
         stalled_at_end = True
@@ -168,6 +176,26 @@ def _idle(d, p):
         d.state = "idle"
     elif d.state == "stalled" and busy(p.stall.text):
         d.state = "busy"  # its CPU time still rose: computing (docs/design.md#busy-is-not-stuck)
+
+
+SUPERVISING = "supervising: "
+
+
+def _supervisors(report):
+    """A launcher whose main thread waits for its living children, which say in their own logs
+    whether they are stuck (torchrun's agent, torch.multiprocessing's join, a Pool's parent, a
+    subprocess that logs), supervises: idle, never stalled for that wait, unless a cause names it (a
+    pipe it never reads, a child it joins before reading what the child sends). Judged after the
+    causes, which look at it as the stalled process its log shows."""
+    named = {pid for c in report.causes for pid in c.pids}
+    for d in report.processes:
+        line = stalls.parse(d.stall.text) if d.state == "stalled" and d.stall is not None else None
+        if line is None or line.state != stalls.CHILDREN or d.pid in named:
+            continue
+        d.idle = SUPERVISING + line.words
+        d.state = "idle"
+        d.stall.summary = d.summary = "idle for %s: %s, in %s" % (secs(d.stall.seconds), d.idle, where(d.stall.main.frame)
+                                                                   if d.stall.main else "an unknown place")
 
 
 def _elsewhere(d, p, now):
@@ -333,7 +361,9 @@ def _stall_summary(d, p, now, local):
             text += ", while other threads kept printing (thread %s made no progress)" % main.name
         if d.phase:
             text += " (phase %s)" % d.phase
-        if main and main.state and not p.stall.task and not p.stall.greenlet:  # a loop's thread says nothing of its task
+        if main and main.collective:  # the futex it blocks on is the collective's: name that one
+            text += "; " + stalls.waiting_for_peers(main.collective.where, main.collective.peer)
+        elif main and main.state and not p.stall.task and not p.stall.greenlet:  # a loop's thread says nothing of its task
             text += "; " + main.state
         if word == "busy" and main and not main.busy:
             # The main thread waits (a join, a queue) for a thread that computes: name that one.
@@ -389,13 +419,14 @@ def judged(folder, now=None):
         if parent is not None and parent is not d:
             parent.children.append(d.pid)
     _rejudge(_Judged(out, by_key, procs, folder))
-    counts = {"processes": len(out)}
-    for d in out:
-        counts[d.state] = counts.get(d.state, 0) + 1
     report = Report(schema=SCHEMA, earlylog=__version__, folder=os.path.abspath(folder.path), generated=round(now, 3),
-                    host=here, hosts=sorted({d.host or "?" for d in out}), counts=counts, verdict=[],
+                    host=here, hosts=sorted({d.host or "?" for d in out}), verdict=[],
                     problems=list(folder.problems), processes=out)
     report.causes = registry.find(report, folder)
+    _supervisors(report)
+    report.counts = {"processes": len(out)}
+    for d in out:
+        report.counts[d.state] = report.counts.get(d.state, 0) + 1
     report.verdict = _verdict(out, by_key, report.causes)
     return report
 
@@ -600,7 +631,7 @@ def _ended_by_parent(d, boss):
     children (SIGTERM) and a DataLoader its workers, which leave silently on their parent's SIGTERM
     (torch's own handler), with no exit record. One that vanished while the parent's error says a
     worker died (naming its pid, or no pid at all) is that worker, not one the parent ended."""
-    if _rank_of(d)[0] is not None:
+    if rank_of(d)[0] is not None:
         return False  # a rank's end is the job's story: the straggler, the first failure (_ranks)
     if d.state == "killed":
         return True
@@ -647,7 +678,7 @@ def _memory_pressure(d, out):
 def _waited_on(out):
     """An idle or busy rank is the straggler when another rank waits for it in a collective: stuck
     after all, or holding the others up."""
-    ranks = [d for d in out if _rank_of(d)[0] is not None]  # not a rank's DataLoader worker (it inherits RANK)
+    ranks = [d for d in out if rank_of(d)[0] is not None]  # not a rank's DataLoader worker (it inherits RANK)
     waiting = any(_in_collective(d) for d in ranks if d.state == "stalled")
     for d in ranks:
         if waiting and d.state == "idle":
@@ -698,9 +729,11 @@ def _waits_on_working_children(out, by_key):
 
 
 def _in_collective(d):
+    """Does a stalled rank wait in a collective: its dump's `collective:` note, else (a torch whose
+    Flight Recorder is off) a torch.distributed frame or a phase waiting for peers."""
     main = d.stall.main if d.stall else None
-    return bool(main) and (any("torch/distributed" in f.file for f in main.frames) or
-                           "waiting for peers" in (main.phase or ""))
+    return rank_causes.waiting(d) is not None or bool(main) and (
+        any("torch/distributed" in f.file for f in main.frames) or "waiting for peers" in (main.phase or ""))
 
 
 def _verdict(out, by_key, causes):
@@ -769,7 +802,8 @@ class _Story:
         self.stragglers = set()
         # A cause that tells a process whole (a child killed while its parent waited, a process
         # EARLYLOG_STALL_EXIT ended) names it first: no line of its own.
-        whole = {c.pids[0] for c in registry.superseding(causes, "trouble")}
+        whole = {pid for c in registry.superseding(causes, "trouble")
+                 for pid in (c.pids if c.kind in registry.RUN_KINDS else c.pids[:1])}
         self.explained = {id(d) for d in out if d.pid in whole}
         # A waiting process and what it waits for, already told (a run-level cause lists pids, not a pair).
         self.told = {frozenset(c.pids[:2]) for c in causes
@@ -859,40 +893,51 @@ def _headline(out, troubled):
 
 
 def _ranks(story):
-    """Ranks side by side: the one(s) elsewhere, and the ones waiting in a collective for them."""
+    """Ranks side by side: the one(s) outside any collective (the straggler) while the others wait in
+    one for them, each named with its collective, its ordinal and its step. Ranks that a rank cause
+    (read/rank_causes.py) lined up are told there."""
     out, explained, stragglers = story.out, story.explained, story.stragglers
     ranks, world = {}, 0
     for d in out:
-        rank, size = _rank_of(d)
+        rank, size = rank_of(d)
         if rank is not None:
             ranks[rank] = d  # a restarted rank: the newest process wins
             world = max(world, size or 0)
-    stuck = [d for d in ranks.values() if d.stall is not None]
+    told = {pid for c in registry.superseding(story.causes, "straggler") for pid in c.pids}
+    stuck = [d for d in ranks.values() if d.stall is not None and d.pid not in told]
     if not stuck or len(ranks) < 2 and world <= len(ranks):
         return []
     waiting, late = {}, []
     for r in sorted(ranks):
         d = ranks[r]
-        if _in_collective(d):
-            waiting.setdefault(d.stall.main.call or "a collective", []).append(r)
+        if d.pid in told:
+            continue
+        if d.state == "stalled" and _in_collective(d):
+            found = rank_causes.waiting(d)
+            waiting.setdefault(found[1].where if found else d.stall.main.call or "a collective", []).append(r)
         elif d.state in TROUBLE:
             late.append(d)
+    if not waiting and not late:
+        return []
     parts = []
     # Ranks on several hosts: the straggler's host is where to look.
     hosts = len({d.host for d in ranks.values()}) > 1
     for d in late:
         explained.add(id(d))
         stragglers.add(id(d))
-        name = "rank %d on host %s" % (d.rank, d.host) if hosts else "rank %d" % d.rank
+        r = rank_of(d)[0]
+        name = "rank %d on host %s" % (r, d.host) if hosts else "rank %d" % r
         if d.stall is not None and d.state == "stalled":
-            parts.append("%s is in %s" % (name, where(d.where)))
+            parts.append("%s is in %s, outside any collective%s" % (
+                name, where(d.where), " (%s)" % d.stall.main.doing if d.stall.main and d.stall.main.doing else ""))
         else:
             parts.append("%s %s" % (name, d.summary))
     for call, rs in sorted(waiting.items()):
         for r in rs:
             explained.add(id(ranks[r]))
-        parts.append("%s %s %s in %s" % ("rank" if len(rs) == 1 else "ranks", ", ".join(map(str, rs)),
-                                         "waits" if len(rs) == 1 else "wait", call))
+        parts.append("%s %s %s in %s%s" % ("rank" if len(rs) == 1 else "ranks", ", ".join(map(str, rs)),
+                                           "waits" if len(rs) == 1 else "wait", call, " for %s" % (
+                                               "it" if len(late) == 1 else "them") if late else ""))
     masters = {r: _master(d) for r, d in ranks.items()}
     if not late and waiting and len(set(masters.values()) - {None}) > 1:
         # Ranks that rendezvous at different addresses never meet: each waits for a job of its own.
@@ -907,24 +952,34 @@ def _ranks(story):
                 "; or it runs on another host, or without EARLYLOG" if not hosts else "")
             if missing else "check that every rank reached the same collective, and the network "
             "(MASTER_ADDR, MASTER_PORT, firewalls)"))
-    return ["; ".join(parts)] if parts else []
+    if late:
+        parts[0] = parts[0].replace(" is in ", " is the straggler: it is in ", 1) if len(late) == 1 else parts[0]
+    return ["; ".join(parts)]
+
+
+def _slowing(story):
+    """Ranks that waited for their peers in collectives and went on each time (a stall that ended,
+    steps after it): a slower rank held them up. Told once, and no trouble: slow is not stuck."""
+    by_rank = rank_causes.ranks(story.out)
+    slowed = {r: d for r, d in by_rank.items() if d.peer_waits and d.state not in TROUBLE}
+    if not slowed:
+        return []
+    others = sorted(r for r, d in by_rank.items() if r not in slowed and not d.peer_waits)
+    lines = []
+    for r, d in sorted(slowed.items()):
+        w = d.peer_waits
+        lines.append("rank %d was slowed, not stuck: it waited for its peer ranks up to %s in %s (%d time%s told) "
+                     "and went on each time%s" % (
+                         r, secs(w.longest), w.collective, w.count, "" if w.count == 1 else "s",
+                         "; rank%s %s, which never waited, %s the slower" % (
+                             "s" if len(others) > 1 else "", ", ".join(map(str, others)),
+                             "is" if len(others) == 1 else "are") if others else ""))
+    return lines
 
 
 def _master(d):
     """The rendezvous address its init_process_group phase names (`master=H:P`), or None."""
     return records.parse_init(d.stall.main.phase if d.stall and d.stall.main else None)[1]
-
-
-def _rank_of(d):
-    """(rank, world size or None) of a rank of a distributed job, else (None, None): a process
-    torchrun started (tag rankN), or one whose last dump shows init_process_group's phase. A
-    process that only inherited RANK (a DataLoader worker, a subprocess of a rank) is none."""
-    if d.tag and d.tag.startswith("rank") and d.rank is not None:
-        return d.rank, d.world_size
-    # What init_process_group was given, as its phase says it: a process's rank and world size
-    # when its environment does not (mp.spawn, a rank passed as an argument).
-    main = d.stall.main if d.stall else None
-    return records.parse_init(main.phase if main else None)[0] or (None, None)
 
 
 # A parent waiting for a child that has ended: what it waits for from that child never comes (a
@@ -940,17 +995,22 @@ def _parents(story):
     out, by_key, explained, stragglers, told = story.out, story.by_key, story.explained, story.stragglers, story.told
     lines = []
     for d in out:
-        live = d.state == "stalled"
+        supervising = d.state == "idle" and (d.idle or "").startswith(SUPERVISING)
+        live = d.state == "stalled" or supervising
         if d.stall is None:
             continue  # stalled with no dump: a retry loop told by its notes
         if not live and (d.state not in ("killed", "vanished") or d.stall is None or d.idle):
             continue
         kids = [by_key[(d.host, pid)] for pid in d.children if (d.host, pid) in by_key]
+        if rank_of(d)[0] is not None:
+            # A rank that started the other ranks (Lightning's rank 0) waits for them as its peers in a
+            # collective, which the ranks' story tells: the process tree is no relation of theirs.
+            kids = [k for k in kids if rank_of(k)[0] is None]
         bad = sorted((k for k in kids if k.state in TROUBLE and (live or _stalled_child(k))),
                      key=lambda k: (id(k) not in stragglers, not _stalled_child(k)))
         if not bad:
             continue
-        if live:
+        if live and not supervising:
             explained.add(id(d))
         bad = [k for k in bad if frozenset((d.pid, k.pid)) not in told]
         if not bad:
@@ -994,6 +1054,7 @@ def _vanished_cause(d, out):
 STORIES = (
     (("straggler",), _ranks),
     (("child-ended",), _parents),
+    (("slowing",), _slowing),
     (("trouble", "vanished", "killed"), _troubled),
     (("lost-work",), _lost),
     (("quiet-end",), _quiet_ends),

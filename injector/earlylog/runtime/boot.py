@@ -199,7 +199,7 @@ def _start(origin, parent_tag=None):
     for problem in config.problems:
         logger.event("WARNING", problem, console=parent_tag is None)  # the parent said it already
     if parent:
-        logger.event("note", "console lines off: a child of earlylog process %d writes them to its %s only when "
+        logger.event("note", records.CONSOLE_OFF + "a child of earlylog process %d writes them to its %s only when "
                              "that is its parent's terminal (a pipe, or a terminal a program opened for it, may be "
                              "read as data); they are in this file" % (parent, config.console))
     for name, feature in _features():

@@ -19,14 +19,14 @@ MAX_FRAMES = 12         # frames searched for the subprocess.Popen a thread wait
 
 def waited_children(tid, frame):
     """(pids, logged, printed) for the living children a thread waits for: the ones its wait call or
-    Popen names or, while it sleeps in a monitor loop (torchrun's launcher), every child of the
-    process when each one carries EARLYLOG on. logged: each has a log of its own that says whether
+    Popen names or, while it sleeps in a monitor loop (torchrun's launcher) or waits in one of a
+    supervisor's waits (_SUPERVISING), every child of the process when each one carries EARLYLOG on. logged: each has a log of its own that says whether
     it is stuck; printed: each one's stall lines also reach a terminal (an earlylog process's child
     prints its console lines only there). ([], False, False) for a thread waiting on anything else."""
     try:
         name, _number, args = kstate.syscall(tid) or (None, None, None)
         pids = [pid for pid in waited(name, args, popen_of(frame)) if _state(pid) not in (None, "Z")]
-        sleeping = not pids and name == "sleep"
+        sleeping = not pids and (name == "sleep" or name in ("poll", "futex") and _supervises(frame))
         if sleeping:
             pids = [pid for pid in _children() if _state(pid) not in (None, "Z")]
         envs = [_environ(pid) for pid in pids]
@@ -37,6 +37,58 @@ def waited_children(tid, frame):
         return pids, logged, printed
     except Exception:  # a child that changed under us: nothing is said about it
         return [], False, False
+
+
+# A supervisor's own waits for its worker processes, by file and function: multiprocessing's wait on
+# its children's sentinels (torch.multiprocessing's join, a Pool's result handler, a Process's join
+# with a timeout), a Pool's or a ProcessPoolExecutor's wait for results.
+_SUPERVISING = (("multiprocessing/connection.py", "wait"), ("multiprocessing/popen_fork.py", "poll"),
+                ("multiprocessing/pool.py", "wait"), ("multiprocessing/pool.py", "get"),
+                ("concurrent/futures/_base.py", "result"), ("concurrent/futures/_base.py", "as_completed"))
+
+
+def _supervises(frame):
+    """Does the thread wait in one of a supervisor's waits for its worker processes?"""
+    for f in introspect.outward(frame, MAX_FRAMES):
+        path = f.f_code.co_filename.replace("\\", "/")
+        if any(f.f_code.co_name == name and path.endswith("/" + suffix) for suffix, name in _SUPERVISING):
+            return True
+    return False
+
+
+TAIL = 65536  # bytes of a child's log read for its open stall
+
+
+def stuck_child(pids, folder):
+    """`pid 812 (rank1): thread MainThread made no progress ...` for the first of these children whose
+    console lines are off (a child of an earlylog process whose stream is not its parent's terminal:
+    its log's note says so) and whose own log, in folder, ends inside a stall a person should see
+    (its own console rule: not idle, not at a prompt, not a launcher waiting in turn, a wait for peer
+    ranks from its second telling), else None: a supervisor relays it."""
+    from earlylog.grammar import stalls
+    from earlylog.runtime import records
+    try:
+        names = fds.listdir(folder)
+    except OSError:
+        return None
+    for pid in pids:
+        mark = "-%d-" % pid
+        for name in (n for n in names if mark in n and n.endswith(".log")):
+            head = fds.read(os.path.join(folder, name), 4096) or b""
+            if ("note: " + records.CONSOLE_OFF).encode() not in head:
+                continue  # its own stall lines reach its console: nothing to relay
+            lines = [records.parse(line) for line in (fds.tail(os.path.join(folder, name), TAIL) or b"").decode(
+                "utf-8", "replace").splitlines()[1:]]
+            told = [r for r in lines if r and r["pid"] == pid and r["kind"] == "stall"]
+            last = stalls.parse(told[-1]["msg"]) if told else None
+            if last is None or last.shape in ("over", "gil"):
+                continue
+            again = len(told) > 1 and stalls.parse(told[-2]["msg"]) not in (None,) and \
+                stalls.parse(told[-2]["msg"]).shape not in ("over", "gil")
+            if last.shape == "silent" and stalls.console_silent(last.words, False, again) or \
+                    last.shape == "noisy" and stalls.console_noisy(True, 0.0, last.collective is not None, again):
+                return "pid %d (%s): %s" % (pid, told[-1]["tag"], last.words)
+    return None
 
 
 def waited(name, args, popen):

@@ -326,6 +326,21 @@ def read(path, limit=1 << 20, keep=False):
         os.close(fd)
 
 
+def tail(path, limit):
+    """The last `limit` bytes of a file (a child's log), or None when it cannot be read."""
+    try:
+        fd = open(path)
+    except OSError:
+        return None
+    try:
+        start = max(0, os.fstat(fd).st_size - limit)
+        return os.pread(fd, limit, start)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def read_file(path):
     """The whole file's bytes, as importlib's loaders read a module (their get_data); raises OSError."""
     fd = open(path)

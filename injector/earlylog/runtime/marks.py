@@ -269,6 +269,39 @@ def _new_group(original, args, kwargs):
     return "ranks=%s" % (list(ranks) if ranks is not None else "all")
 
 
+def _p2p_counts(module):
+    """Each send and recv counted per peer (runtime/collectives.py): gloo's Flight Recorder leaves
+    point-to-point calls out, and a count is what tells which side's send is missing when both
+    ranks wait in recv. The one wrap of a collective call: a dict write, then the call, unchanged."""
+    from earlylog.runtime import collectives
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    # send and recv call isend and irecv (torch 2.x): those two see every point-to-point call once.
+    for name, call, peer in (("isend", "send", "dst"), ("irecv", "recv", "src")):
+        original = getattr(c10d, name, None)
+        if original is None or getattr(original, "_earlylog_mark", False):
+            continue
+        counted = _counting(original, call, peer, collectives.counted)
+        for owner in (c10d, module):
+            if getattr(owner, name, None) is original:
+                setattr(owner, name, counted)
+
+
+def _counting(original, call, parameter, count):
+    import functools
+
+    @functools.wraps(original)
+    def counted(*args, **kwargs):
+        try:
+            peer = args[1] if len(args) > 1 else kwargs.get(parameter)
+            count(call, peer if peer is not None else kwargs.get("group_" + parameter))
+        except Exception:  # never into the program's call
+            pass
+        return original(*args, **kwargs)
+
+    counted._earlylog_mark = True
+    return counted
+
+
 # --- torch.utils.data: worker processes, where fork meets threads -----------------------------------
 
 def _loader_iter(original, args, kwargs):
@@ -344,6 +377,7 @@ TABLE = {
         _mark("barrier", "barrier", waiting="for peers", lines="first"),
         _mark("new_group", "new_group", _new_group, "for peers"),
         _mark("destroy_process_group", "destroy_process_group"),
+        _p2p_counts,
     ),
     "torch.utils.data.dataloader": (
         _mark("DataLoader.__iter__", "DataLoader iterator", _loader_iter),

@@ -861,3 +861,70 @@ def every(notes, kind):
 def first(notes, kind):
     """The first value of one kind among a thread's notes, or None."""
     return next((v for v in map(parse, notes) if type(v) is kind), None)
+
+
+# --- collectives.py: the collective of torch.distributed a thread waits in (one block: the kind's
+# class, writer, pattern and parser) ---------------------------------------------------------------
+
+class Collective(Note):
+    """op (`all_reduce`, `barrier`, `recv`), seq (its ordinal in its group, or for a send or recv its
+    count with that peer; None where not known), group (the group's name, `0` for the default one),
+    desc (`default_pg`), backend (`gloo`), ranks (`0,1`), seconds (in flight), pending (collectives
+    issued after it), done (the group's last completed ordinal), peer (a send's or recv's rank),
+    other (the sends to, or receives from, that peer), step (training steps so far), ran_out (its
+    DataLoader ran out since its last step: its loop ended)."""
+    __slots__ = ("op", "seq", "group", "desc", "backend", "ranks", "seconds", "pending", "done", "peer", "other",
+                 "step", "ran_out")
+
+    @property
+    def where(self):
+        """`all_reduce #11 on group 0`, `recv #3 from rank 0`: the words a report names it by."""
+        return "%s%s%s%s" % (self.op, " #%d" % self.seq if self.seq is not None else "",
+                             " %s rank %s" % ("from" if self.op == "recv" else "to", self.peer) if self.peer else "",
+                             " on group %s" % self.group if self.group is not None and not self.peer else "")
+
+
+def collective(op, seq, group, desc, backend, ranks, seconds, pending, done, peer, other, step, ran_out):
+    """`collective: OP[ #SEQ][ from|to rank P][ on group G][ (DESC)][, BACKEND][, ranks R][; in flight S s]
+    [; N more issued after it][; last completed #D][; sent|received K to|from rank P][; at step N]
+    [; its DataLoader ran out]`."""
+    text = Collective(op, seq, group, desc, backend, ranks, None, 0, None, peer, None, None, False).where
+    if peer and group is not None:
+        text += " on group %s" % group
+    text += "".join(part for part in (" (%s)" % desc if desc else "", ", " + backend if backend else "",
+                                      ", ranks " + ranks if ranks else "") if part)
+    if seconds is not None:
+        text += "; in flight %.1f s" % seconds
+    if pending:
+        text += "; %d more issued after it" % pending
+    if done is not None:
+        text += "; last completed #%d" % done
+    if peer and other is not None:
+        text += "; %s %d %s rank %s" % ("sent" if op == "recv" else "received", other,
+                                         "to" if op == "recv" else "from", peer)
+    if step is not None:
+        text += "; at step %d" % step
+    if ran_out:
+        text += "; its DataLoader ran out"
+    return "%scollective: %s" % (INDENT, text)
+
+
+_PATTERNS["collective"] = (
+    r"^(?P<op>\w+)(?: #(?P<seq>\d+))?(?: (?:from|to) rank (?P<peer>\S+))?(?: on group (?P<group>\S+))?"
+    r"(?: \((?P<desc>[^)]*)\))?(?:, (?P<backend>[a-z]\w*))?(?:, ranks (?P<ranks>[\d,]+))?"
+    r"(?:; in flight (?P<seconds>[\d.]+) s)?(?:; (?P<pending>\d+) more issued after it)?"
+    r"(?:; last completed #(?P<done>-?\d+))?(?:; (?:sent|received) (?P<other>\d+) (?:to|from) rank \S+)?"
+    r"(?:; at step (?P<step>\d+))?(?P<ran_out>; its DataLoader ran out)?$")
+
+
+def _collective(body):
+    m = _re("collective").match(body)
+    if m is None:
+        return None
+    g = m.groupdict()
+    return Collective(g["op"], _int(g["seq"]), g["group"], g["desc"], g["backend"], g["ranks"],
+                      float(g["seconds"]) if g["seconds"] else None, int(g["pending"] or 0), _int(g["done"]),
+                      g["peer"], _int(g["other"]), _int(g["step"]), bool(g["ran_out"]))
+
+
+_KINDS["collective"] = _collective

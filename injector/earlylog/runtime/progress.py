@@ -14,6 +14,7 @@ It must never raise into the program nor slow its step."""
 import os
 import sys
 import time
+from _thread import get_ident
 
 from earlylog.runtime import threads as our_threads
 
@@ -25,11 +26,12 @@ TIMES = 5           # no step for this many times the slowest recent interval (a
 # --- the training heartbeat: in the program's threads, at each step ----------------------------
 
 class _Beats:
-    """One kind of heartbeat: how many, the last (monotonic), the recent intervals."""
-    __slots__ = ("count", "last", "gaps")
+    """One kind of heartbeat: how many, the last (monotonic), the recent intervals, and the thread
+    that beat last (the training loop's: its steps are its progress)."""
+    __slots__ = ("count", "last", "gaps", "thread")
 
     def __init__(self):
-        self.count, self.last, self.gaps = 0, None, [0.0] * GAPS
+        self.count, self.last, self.gaps, self.thread = 0, None, [0.0] * GAPS, None
 
 
 _beats = {}  # "step" (an optimizer step) or "batch" (a DataLoader batch) -> _Beats
@@ -46,6 +48,7 @@ def beat(kind):
         b.gaps[b.count % GAPS] = now - b.last
     b.count += 1
     b.last = now
+    b.thread = get_ident()
     _resting[0] = False
 
 
@@ -79,6 +82,24 @@ def heartbeat(now, floor):
     gaps = main.gaps[:min(main.count - 1, GAPS)]
     typical = sorted(gaps)[len(gaps) // 2] if gaps else 0.0
     return now - last, typical, max(floor, TIMES * slowest), main.count, kind
+
+
+def steps():
+    """Training steps so far (optimizer steps, else DataLoader batches), or None before the first."""
+    b = _beats.get("step") or _beats.get("batch")
+    return b.count if b is not None else None
+
+
+def resting():
+    """A DataLoader ran out (an epoch's end, or the training's) and no step came since."""
+    return _resting[0]
+
+
+def beats_of(ident):
+    """How many beats the thread `ident` made (a new one is progress of the training loop's
+    thread, whatever place a look finds it at), or None for a thread that makes none."""
+    counts = [b.count for b in list(_beats.values()) if b.thread == ident]
+    return sum(counts) if counts else None
 
 
 def check(watchdog, now, silent):
@@ -120,4 +141,4 @@ class _Off:
 
 def _tracker(watchdog):
     from earlylog.runtime import stuck
-    return stuck.Tracker(watchdog, loop_file)
+    return stuck.Tracker(watchdog, loop_file, beats_of)

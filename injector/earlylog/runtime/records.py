@@ -12,6 +12,7 @@ KINDS = ("start", "exit", "exec", "exception", "signal", "fatal", "stall", "dump
 # What the reader parses, each beside its writer below; compiled on first use (_re): the runtime
 # only formats, and must not pay for `re` at start-up.
 UNRAISABLE = "unraisable: "  # an `exception:` event's first words for an error Python could not raise (hooks.py)
+CONSOLE_OFF = "console lines off: "  # a `note:`'s first words in a child whose console lines are off (boot.py)
 ENDED_BY_US = "ended by earlylog: "  # an exit record's words for a process EARLYLOG_STALL_EXIT ended (act.py)
 _PLACE = r"(\S+) at ([^:;]+):(\d+)"  # place()'s words: function, file, line
 _REGEXES = {
@@ -31,11 +32,6 @@ _REGEXES = {
     "retrying": r"^retrying: thread (.+?): (\d+) failures seen in the last ([\d.]+) s; handling (.+)$",
     "fork": r"^fork\(\) while (\d+) other threads? runs? \((.*?)\)(?::| and \d+ threads? with no Python stack)",
     "fork native": r"^fork\(\) while (?:\d+ other threads? runs? \(.*?\) and )?(\d+) threads? with no Python stack",
-    "no step": r"^no training step for (\d+(?:\.\d+)?) s \(((?:steps|batches) came every ~[\d.]+ s before; "
-               r"last (?:step|batch) \d+)\)",
-    "no progress": r"(?:^|; )thread (.+?) made no progress for (\d+(?:\.\d+)?) s while other threads kept printing",
-    "no loop progress": r"(?:^|; )(task|greenlet) (.+?) on thread (.+?) made no progress for (\d+(?:\.\d+)?) s "
-                        r"while other (?:tasks|greenlets) kept running",
     "in thread": r"^in thread (.+?): (\S.*)$",
     "in task": r"^in a task on thread (.+?) \(kept in its Future\): (\S.*)$",
     "status": r"status (-?\d+)",
@@ -178,44 +174,6 @@ def parse_retrying(text):
     """(thread, count, seconds, handling) from retrying()'s line, else None."""
     m = _re("retrying").match(text)
     return (m.group(1), int(m.group(2)), float(m.group(3)), m.group(4)) if m else None
-
-
-def no_step(seconds, unit, every, last):
-    """A `stall:` line's part when the training heartbeat stopped (stuck.py): no optimizer step
-    (unit `step`) or DataLoader batch (`batch`) for seconds; every: the cadence before, as text."""
-    return "no training step for %.0f s (%s came every ~%s s before; last %s %d)" % (
-        seconds, "batches" if unit == "batch" else unit + "s", every, unit, last)
-
-
-def no_progress(thread, seconds, verdict):
-    """A `stall:` line's part for a thread that stopped while others printed (stuck.py); the
-    writer adds its phase and how many more threads after it."""
-    return "thread %s made no progress for %.0f s while other threads kept printing; %s" % (thread, seconds, verdict)
-
-
-def no_loop_progress(unit, name, thread, seconds, verdict):
-    """A `stall:` line's part for an asyncio task (unit `task`: `Task-2 (fetch)`) that stopped at
-    one await while its event loop ran on, or a gevent or eventlet greenlet (unit `greenlet`: the
-    function it runs) that stayed at one wait while its hub ran the others (stuck.py); thread: the
-    loop's."""
-    return "%s %s on thread %s made no progress for %.0f s while other %ss kept running; %s" % (
-        unit, name, thread, seconds, unit, verdict)
-
-
-def parse_noisy_stall(text):
-    """(seconds, the stuck thread's name or None, the heartbeat's words or None, the stuck task or
-    None, the stuck greenlet or None) of a stall told while other threads printed or other tasks or
-    greenlets ran (no_step, no_progress, no_loop_progress; the first part's seconds), else None. A
-    task's or greenlet's thread is its loop's."""
-    step, stuck = _re("no step").match(text), _re("no progress").search(text)
-    loop = _re("no loop progress").search(text) if stuck is None else None
-    if step is None and stuck is None and loop is None:
-        return None
-    seconds = float(step.group(1) if step else stuck.group(2) if stuck else loop.group(4))
-    thread = stuck.group(1) if stuck else loop.group(3) if loop else None
-    unit, name = loop.group(1, 2) if loop else (None, None)
-    return seconds, thread, step.group(2) if step else None, name if unit == "task" else None, \
-        name if unit == "greenlet" else None
 
 
 def fork_threads(names, native=0):

@@ -9,7 +9,7 @@ import _collections
 import sys
 import time
 
-from earlylog.runtime import cells, greenlets, introspect, notes, peers, records, retries, signals, waits
+from earlylog.runtime import cells, collectives, greenlets, introspect, notes, peers, records, retries, signals, waits
 from earlylog.runtime import threads as our_threads
 
 MAX_FRAMES = 40
@@ -58,6 +58,7 @@ def lines(shares=None, skip_ident=None):
                      lambda: _terminal(tid, frame, ident == main) if tid else [],
                      lambda: [notes.phase(phases.describe(ident))] if phases.describe(ident) else [],
                      lambda: waits.notes(ident, frame, frames, threads),
+                     lambda: collectives.lines(ident, frame),
                      lambda: peers.lines(tid, ident, frame) if tid else [],
                      lambda: retries.lines(ident, frame),
                      lambda: cells.notes(frame),

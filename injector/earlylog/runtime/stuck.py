@@ -19,6 +19,7 @@ import time
 import weakref
 from _thread import get_ident
 
+from earlylog.grammar import stalls
 from earlylog.runtime import records, threads as our_threads
 
 MAX_FRAMES = 40     # frames in a stack signature, as in a dump
@@ -28,8 +29,6 @@ MAX_WATCHED_TASKS = 256
 # gevent's and eventlet's greenlets are found by a scan of the garbage collector's objects (about
 # 15 ms per million blocks, with the GIL held): looked at only while the heap is at most this large.
 MAX_LOOK_BLOCKS = 500000
-GROWTH_CAP = 3600.0  # a stall is told again at S, 2S, 4S ... of it, at least once an hour after
-BUSY = 0.2          # share of a core the other threads or children use: work in progress, not a stall
 try:
     _TICKS = os.sysconf("SC_CLK_TCK")  # /proc/<pid>/stat's unit of CPU time
 except (AttributeError, ValueError, OSError):
@@ -51,12 +50,13 @@ _POLLED_PLUMBING = ("socket.py",)
 
 class _Seen:
     """One thread as last looked at: stack signature, timeslices run, since when both stood still,
-    the verdict on its wait (None: not judged yet; '' : not a stall), and for a wait on child
-    processes, their pids and CPU time: a child that computes is the work going on."""
-    __slots__ = ("sig", "runs", "since", "verdict", "children")
+    the verdict on its wait (None: not judged yet; '' : not a stall), for a wait on child
+    processes, their pids and CPU time (a child that computes is the work going on), and whether it
+    waits for peer ranks in a collective."""
+    __slots__ = ("sig", "runs", "since", "verdict", "children", "peers")
 
     def __init__(self, sig, runs, since):
-        self.sig, self.runs, self.since, self.verdict, self.children = sig, runs, since, None, None
+        self.sig, self.runs, self.since, self.verdict, self.children, self.peers = sig, runs, since, None, None, False
 
 
 class _TaskSeen:
@@ -78,9 +78,10 @@ class Tracker:
     """The bookkeeping of one process's watchdog: the threads' and event loops' tasks' last looks,
     and the open episode."""
 
-    def __init__(self, watchdog, loop_file):
+    def __init__(self, watchdog, loop_file, beats_of):
         self.watchdog = watchdog
         self.loop_file = loop_file  # progress.loop_file: is this a file a loop's thread waits in, and whose?
+        self.beats_of = beats_of    # progress.beats_of: the training steps a thread made (None: it makes none)
         self.pid = os.getpid()
         self.stall = watchdog.stall
         self.seen = {}          # ident -> _Seen
@@ -91,7 +92,9 @@ class Tracker:
 
     def check(self, now, silent, beats):
         """beats: progress.heartbeat()'s answer, or None while steps are not judged."""
-        stuck = self._look(now, not silent)
+        # While steps come at their pace, the training loop's thread is judged by them: a rank that
+        # waits in each step's collective for a slower peer is slow, not stuck (docs/watchdog.md#progress).
+        stuck = self._look(now, not silent, beats is not None and beats[0] < beats[2])
         if silent:
             # The silence rule has the process; its `over` line, when output resumes, ends the
             # report's stall, so a thread still stuck then is told again.
@@ -105,15 +108,17 @@ class Tracker:
                 self._over(now - episode[1])
                 self.episode = None
             elif now - episode[1] >= episode[2]:
-                episode[2] += min(episode[2], GROWTH_CAP)
+                episode[2] += min(episode[2], stalls.GROWTH_CAP)
                 self._tell(now, stuck, beats if late else None, again=True)
             return
         if stuck or late:
             self._tell(now, stuck, beats if late else None)
 
-    def _look(self, now, judge):
+    def _look(self, now, judge, steady=False):
         """{ident: _Seen} of the program's threads stuck on a partner for a whole stall (judged only
-        when `judge`: a silent process is the silence rule's)."""
+        when `judge`: a silent process is the silence rule's; the thread that makes the training
+        steps not while they are `steady`). A step the thread made since the last look is progress,
+        wherever the look finds it (each step waits at the same collective)."""
         frames = sys._current_frames()
         tids = _kernel_ids()
         me = get_ident()
@@ -129,7 +134,8 @@ class Tracker:
                 loops.append((ident, frame))  # an event loop between steps: its tasks tell
             elif self.loop_file(frame.f_code.co_filename) == "hub":
                 hubs.append((ident, frame))  # a gevent or eventlet hub between greenlets: theirs tell
-            sig, runs = _signature(frame), _runs(tid)
+            steps = self.beats_of(ident)
+            sig, runs = (_signature(frame), steps), _runs(tid)
             old = self.seen.get(ident)
             if old is None or old.sig != sig or old.runs != runs and ident not in held or runs is None:
                 seen[ident] = _Seen(sig, runs, now)
@@ -141,9 +147,9 @@ class Tracker:
                     seen[ident] = _Seen(sig, runs, now)  # the children it waits for work on
                     continue
                 old.children[2] = True  # they used no CPU over a whole beat either
-            if judge and now - old.since >= self.stall:
+            if judge and now - old.since >= self.stall and not (steady and steps is not None):
                 if old.verdict is None:
-                    old.verdict, old.children = our_threads.gated(_judge, ident, tid, frame)
+                    old.verdict, old.children, old.peers = our_threads.gated(_judge, ident, tid, frame)
                 if old.verdict and (old.children is None or old.children[2]):
                     stuck[ident] = old
         self.seen = seen
@@ -213,12 +219,12 @@ class Tracker:
         tids = _kernel_ids()
         mine = {tids.get(ident) for ident in stuck if type(ident) is int}
         others = sum(share for tid, share in shares.items() if tid not in mine) + used / _TICKS / took
-        if stuck and beats is None and others >= BUSY:
+        if stuck and beats is None and others >= stalls.BUSY_SHARE:
             return  # a thread waits while other threads or child processes compute: work going on
         main = our_threads.main_ident()
         parts = []
         if beats is not None:
-            parts.append(records.no_step(beats[0], beats[4], _secs(beats[1]), beats[3]))
+            parts.append(stalls.no_step(beats[0], beats[4], _secs(beats[1]), beats[3]))
         if stuck:
             # A thread first (the main one first), then a task; of each, the one stuck longest.
             first = min(stuck, key=lambda k: (type(k) is not int, k != main, stuck[k].since))
@@ -226,29 +232,28 @@ class Tracker:
             seen = stuck[first]
             if type(first) is int:
                 from earlylog.runtime import phases
-                phase = phases.describe(first)
-                part = records.no_progress(_name(first, main), now - seen.since, seen.verdict) + \
-                    (" (phase %s)" % phase if phase else "")
+                parts.append(stalls.no_progress(_name(first, main), now - seen.since, seen.verdict,
+                                                phases.describe(first), more))
             else:  # first: ("task" or "greenlet", its id)
-                part = records.no_loop_progress(first[0], seen.verdict[0], _name(seen.ident, main),
-                                                now - seen.since, seen.verdict[1])
-            parts.append(part + (" (and %d more)" % more if more else ""))
-        if not stuck and whole >= BUSY:
-            parts.append("busy: CPU time still rising (%d%% of a core), computing rather than hung"
-                         % round(whole * 100))
+                parts.append(stalls.no_loop_progress(first[0], seen.verdict[0], _name(seen.ident, main),
+                                                     now - seen.since, seen.verdict[1], more))
+        if not stuck and whole >= stalls.BUSY_SHARE:
+            parts.append(stalls.busy(whole))
         since = min([s.since for s in stuck.values()] + ([now - beats[0]] if beats is not None else []))
         if self.episode is None:
             self.episode = [set(stuck), since, now - since, beats is not None]
-            self.episode[2] += min(self.episode[2], GROWTH_CAP)
+            self.episode[2] += min(self.episode[2], stalls.GROWTH_CAP)
         # A computing process with no thread stuck (a long evaluation, a checkpoint) is no alarm
-        # beside its own output: its line stays in the log.
-        wd._quiet("stall", "%s; stacks in %s" % ("; ".join(parts), wd.logger.path or "the console"),
-                  console=True if stuck or whole < BUSY else None)
+        # beside its own output: its line stays in the log; so is, at its first telling, a rank
+        # whose threads only wait for their peer ranks in a collective (a slower peer, most often).
+        peers = bool(stuck) and all(type(k) is int and stuck[k].peers for k in stuck)
+        wd._quiet("stall", stalls.noisy(parts, wd.logger.path),
+                  console=stalls.console_noisy(bool(stuck), whole, peers, again))
         our_threads.gated(wd._dump, "stall after %.0f s without progress%s" % (
             now - since, " (again)" if again else ""), shares)
 
     def _over(self, seconds):
-        self.watchdog._quiet("stall", "over: progress again after %.0f s" % seconds)
+        self.watchdog._quiet("stall", stalls.over(seconds, silence=False))
 
 
 def _stacks():
@@ -312,13 +317,14 @@ def _name(ident, main):
 
 
 def _judge(ident, tid, frame):
-    """(`waiting for lock _lock at train.py:12 in load`, None) for a thread blocked on a partner,
-    or ('', None) for one that is not a stall: a sleep, a library's own helper thread, a thread
-    parked waiting for work (a server, a pool worker, a worker's queue), an event loop (its tasks
-    say), a join (the joined thread is judged itself), a main thread parked at its top level (a
-    service), a wait for children that run earlylog (their own watchdogs judge them). For a wait
-    on other children, the second item is (their pids, their CPU time): while it rises, they work."""
-    from earlylog.runtime import aio, children, kstate
+    """(`waiting for lock _lock at train.py:12 in load`, None, False) for a thread blocked on a
+    partner, or ('', None, False) for one that is not a stall: a sleep, a library's own helper
+    thread, a thread parked waiting for work (a server, a pool worker, a worker's queue), an event
+    loop (its tasks say), a join (the joined thread is judged itself), a main thread parked at its
+    top level (a service), a wait for children that run earlylog (their own watchdogs judge them).
+    For a wait on other children, the second item is (their pids, their CPU time): while it rises,
+    they work. The third is True for a wait on peer ranks in a collective (runtime/collectives.py)."""
+    from earlylog.runtime import aio, children, collectives, kstate
     call = kstate.syscall(tid)
     stack, users = _stack(frame)
     if call is not None and call[0] in PARTNER + ("sleep",) and users and aio.in_step(frame):
@@ -327,21 +333,24 @@ def _judge(ident, tid, frame):
         # names the task and the call from the dump's `running task:` note.
         user = stack[users[0]]
         return "blocking its asyncio event loop (%s) at %s:%d in %s" % (
-            _waiting(frame, tid), os.path.basename(user[0]), user[2], user[1]), None
+            _waiting(frame, tid), os.path.basename(user[0]), user[2], user[1]), None, False
     if call is None or call[0] not in PARTNER:
-        return "", None
+        return "", None, False
     main = ident == our_threads.main_ident()
     if not users and not main:
-        return "", None
+        return "", None, False
     inner = stack[:users[0]] if users else stack
     if _parked(stack, inner, main, users):
-        return "", None
+        return "", None, False
+    user = stack[users[0]] if users else stack[0]
+    peers = collectives.words(ident, frame)
+    if peers:
+        return "%s at %s:%d in %s" % (peers, os.path.basename(user[0]), user[2], user[1]), None, True
     pids, logged, _printed = children.waited_children(tid, frame)
     if logged:
-        return "", None
-    user = stack[users[0]] if users else stack[0]
+        return "", None, False
     return "%s at %s:%d in %s" % (_waiting(frame, tid), os.path.basename(user[0]), user[2], user[1]), \
-        [pids, _cpu(pids), False] if pids else None
+        [pids, _cpu(pids), False] if pids else None, False
 
 
 def _stack(frame):

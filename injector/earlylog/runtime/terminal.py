@@ -10,9 +10,9 @@ isatty(), fstat() and tcgetattr(); it must never read from or change a terminal.
 import os
 import sys
 
+from earlylog.grammar.stalls import TERMINAL_WORDS as WORDS  # the stall line's words for it
 from earlylog.runtime import fds, kstate, threads
 
-WORDS = "waiting for input at the terminal"
 # Frames of the standard library that prompt, innermost first, by file; the first one found names it.
 _PROMPTS = (("getpass.py", "getpass"), ("pdb.py", "the pdb prompt"), ("code.py", "the interactive prompt"),
             ("_pyrepl/", "the interactive prompt"), ("pydoc.py", "help()"))

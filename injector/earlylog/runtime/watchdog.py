@@ -6,9 +6,8 @@ import os
 import sys
 import time
 
+from earlylog.grammar import stalls
 from earlylog.runtime import fault, threads
-
-GROWTH_CAP = 3600.0  # stall dumps come at S, 2S, 4S ... of silence, at least once an hour after
 
 
 def _stacks():
@@ -22,9 +21,11 @@ def _waiting_for_work():
     return stuck.waiting_for_work()
 
 
-def _waiting_for_children():
-    """(`waiting for child pid 812 (python train.py)...` or None, whether those children print their
-    own stall lines on a terminal) for a main thread that waits for children or sleeps while they run."""
+def _waiting_for_children(folder):
+    """(`waiting for child pid 812 (python train.py)...` or None, and whether a person should see it)
+    for a main thread that waits for children or sleeps while they run: a supervisor. Its children
+    that log say in their own logs whether they are stuck, and print that where they print: its line
+    reaches the console only to relay a child stuck where that child's own lines do not reach it."""
     from earlylog.runtime import children, procs
     main = threads.main_ident()
     tid, frame = threads.native_ids().get(main), sys._current_frames().get(main)
@@ -38,7 +39,21 @@ def _waiting_for_children():
         named += " and %d more" % (len(pids) - 3)
     own = "; %s own log%s whether %s stuck" % (("its", " says", "it is") if len(pids) == 1 else
                                               ("their", "s say", "they are")) if logged else ""
-    return "waiting for child%s %s%s" % ("" if len(pids) == 1 else "ren", named, own), printed
+    stuck = children.stuck_child(pids, folder) if logged and not printed and folder else None
+    return "waiting for child%s %s%s%s" % ("" if len(pids) == 1 else "ren", named, own,
+                                           "; stuck: " + stuck if stuck else ""), not logged or bool(stuck)
+
+
+def _waiting_for_peers():
+    """`the main thread waits in all_reduce #11 on group 0 for peer ranks` when it waits in a
+    collective of torch.distributed (runtime/collectives.py), else None."""
+    if "torch.distributed" not in sys.modules:
+        return None
+    from earlylog.runtime import collectives
+    main = threads.main_ident()
+    frame = sys._current_frames().get(main)
+    found = collectives.words(main, frame) if frame is not None else None
+    return "the main thread is " + found if found else None  # stalls.waiting_for_peers()'s words
 
 
 def _names():
@@ -129,12 +144,12 @@ class Watchdog:
             silent_since = self.logger.last_activity
             if self.stall:
                 if self.episode is not None and silent_since != self.episode:
-                    self._quiet("stall", "over: activity again after %.0f s of silence" % (silent_since - self.episode))
+                    self._quiet("stall", stalls.over(silent_since - self.episode, silence=True))
                     self.episode, self.next_at = None, self.stall
                 if now - silent_since >= self.next_at:
                     self.episode = silent_since
                     self.stall_dump(now - silent_since)
-                    self.next_at += min(self.next_at, GROWTH_CAP)
+                    self.next_at += min(self.next_at, stalls.GROWTH_CAP)
                 # A thread stuck while others print, or no training step: docs/watchdog.md#progress
                 self.checks[0].check(self, now, self.episode is not None)
             if self.act is not None:  # imports nothing: act.py loaded its modules
@@ -182,15 +197,13 @@ class Watchdog:
         armed = self.armed
         if armed.timeout and not fault.program_timer and armed.fd is not None and gap > armed.timeout:
             share = (cpu - self.cpu_at_beat) / gap if None not in (cpu, self.cpu_at_beat) else 0
-            how = "computing (%d%% of a core)" % round(share * 100) if share >= 0.2 else "blocked"
-            self._quiet("stall", "the GIL was held for %.0f s: the watchdog thread could not run while C code "
-                                 "held it, %s; faulthandler's \"Timeout\" stacks above show where" % (gap, how))
+            self._quiet("stall", stalls.gil(gap, share))
         self.last_beat, self.cpu_at_beat = now, cpu
 
     def stall_dump(self, silence):
         # The CPU sample sleeps SAMPLE seconds: outside the gate, so no fork waits for it.
         shares, whole = threads.gated(_stacks).cpu_shares()
-        busy = whole >= 0.2
+        busy = whole >= stalls.BUSY_SHARE
         threads.gated(self._stall_lines, silence, shares, whole, busy)
         # Reading native stacks stops every thread of the process: never a busy one (busy is not
         # stuck), and once per process, only where a thread blocked in C is worth the pause.
@@ -209,29 +222,23 @@ class Watchdog:
         from earlylog.runtime import phases
         phase = phases.describe(threads.main_ident()) or next(
             (phases.describe(tid) for tid in phases.current()), "")
-        waiting, printed, prompt = None, False, None
+        waiting, relay, prompt = None, False, None
         # Every Python thread parked waiting for work (CPU then comes from native threads: Ray's
         # gRPC ones): a server's idleness, whatever it computes underneath.
         idle = _waiting_for_work()
         if busy:
-            state = "busy: CPU time still rising (%d%% of a core), computing rather than hung" % round(whole * 100)
+            state = stalls.busy(whole)
         else:
             from earlylog.runtime import terminal
             prompt = terminal.waiting()  # a person at the terminal (a pager, an editor: a child's)
             if not prompt:
-                waiting, printed = _waiting_for_children()
+                waiting, relay = _waiting_for_children(os.path.dirname(self.logger.path or ""))
             idle = idle and not prompt and not waiting
-            state = prompt or waiting or (
-                "idle: every thread waits for work (a server, a worker's loop, an event loop)" if idle else
-                "blocked: no CPU used; each thread below says on what")
-        # A launcher waiting for children whose own stall lines reach the terminal would only repeat
-        # them there, and alarm about a healthy run while they work: its line stays in its log. A
-        # person answering a prompt would find the line in the middle of it, and an idle server's
-        # (Ray's daemons, whose output Ray forwards to the driver's terminal) would be a false alarm:
-        # never on the console.
-        self._quiet("stall", "silent for %.0f s%s; %s; stacks in %s" % (
-            silence, " (phase %s)" % phase if phase else "", state, self.logger.path or "the console"),
-            console=False if prompt or idle else None if printed else True)
+            peers = None if prompt or waiting or idle else _waiting_for_peers()
+            state = prompt or waiting or (stalls.IDLE_WORDS if idle else
+                                          stalls.in_collective(peers) if peers else stalls.BLOCKED_WORDS)
+        self._quiet("stall", stalls.silent(silence, phase, state, self.logger.path),
+                    console=stalls.console_silent(state, relay, self.next_at > self.stall))
         self._dump("stall after %.0f s of silence" % silence, shares)
 
     def dump(self, reason):
