@@ -75,6 +75,7 @@ class Proc:
         self.signal = None      # Signalled
         self.crash = None       # model.Crash: the fatal error that ended it
         self.stall = None       # model.Stall: the stall it was last in (ended or not)
+        self.dumped_at = None   # when its last `dump:` came (a stall line's dump follows it)
         # Its waits for peer ranks in a collective that ended (a slower rank, most often): how many,
         # the longest (seconds), and the collective of that one (`all_reduce #3 on group 0`).
         self.peer_waits = None
@@ -645,6 +646,7 @@ def _close_block(p):
     elif kind == "gil":
         _gil(p, when, text, threads)
     elif kind == "dump":
+        p.dumped_at = when
         if threads and p.stall is not None and not p.stall.dumped and p.stall.over is None:
             p.stall.threads, p.stall.dumped = threads, True
     elif kind == "fatal":

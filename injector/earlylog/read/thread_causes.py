@@ -264,13 +264,17 @@ def _fork_native(d, t, parent):
     first parallel call waits for them forever (torch ops in a DataLoader worker forked after the
     parent computed)."""
     native = parent.fork_native if parent is not None else 0
-    if not native or t.busy or d.idle or "(futex)" not in (t.state or "") or _native_wait_explained(d, t):
+    spin = _spinning(t)
+    if not native or t.busy and not spin or d.idle or not spin and "(futex)" not in (t.state or "") or \
+            _native_wait_explained(d, t):
         return []
-    return [Cause("fork-lock", "%s: thread %s is blocked on a lock inside native code in %s, which no thread of "
-                               "this process can release: it was made by fork() from pid %d while %d thread%s with "
-                               "no Python stack ran there (a native pool: OpenMP, BLAS, gRPC), whose locks were "
-                               "copied held and whose threads were not" % (
-                                   label(d), t.name, _where(t), d.ppid, native, "" if native == 1 else "s"),
+    how = "is spinning inside native code in %s (%d%% of its CPU time in the kernel: a loop yielding to threads " \
+          "that do not exist, not arithmetic)" % (_where(t), spin) if spin else \
+        "is blocked on a lock inside native code in %s" % _where(t)
+    return [Cause("fork-lock", "%s: thread %s %s, which no thread of this process can release: it was made by fork() "
+                               "from pid %d while %d thread%s with no Python stack ran there (a native pool: OpenMP, "
+                               "BLAS, gRPC), whose locks were copied held and whose threads were not" % (
+                                   label(d), t.name, how, d.ppid, native, "" if native == 1 else "s"),
                   "start the child with the 'spawn' or 'forkserver' method (multiprocessing.get_context('spawn'), "
                   "DataLoader(multiprocessing_context='spawn')), or fork before the parent's first parallel "
                   "computation (a pool starts at its first use: torch.set_num_threads(1) or OMP_NUM_THREADS=1 keeps "
@@ -281,6 +285,16 @@ def _fork_native(d, t, parent):
 # collective (its Python call, or DDP's from C++ in backward or forward), a GPU's work.
 _PEER_SITES = ("/torch/distributed/", "/torch/autograd/", "/torch/nn/parallel/")
 _DEVICE_SITES = ("/torch/cuda/",)
+
+
+SPIN = 50  # percent of a busy thread's CPU time in the kernel that makes it a spin, not a computation
+
+
+def _spinning(t):
+    """A busy thread's share of CPU time in the kernel when it spins there (SPIN or more), else 0."""
+    state = notes.first(t.notes, notes.State)
+    share = state.in_kernel if state is not None else None
+    return share if share is not None and share >= SPIN else 0
 
 
 def _native_wait_explained(d, t):

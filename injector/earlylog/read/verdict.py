@@ -81,7 +81,8 @@ def _process(p, now, here):
     # is not ended by their output: only by its `over` line.
     stalled_at_end = p.stall is not None and p.stall.over is None and p.exec is None and \
         (p.stall.noisy or p.activity is None or p.stall.time is None or p.stall.time >= p.activity)
-    if stalled_at_end and not p.stall.threads and p.stall.time is not None and now - p.stall.time < DUMPING:
+    if stalled_at_end and p.stall.time is not None and (p.dumped_at or 0) < p.stall.time and \
+            not p.stall.threads and now - p.stall.time < DUMPING:
         # Read between a first stall line and its dump, which comes a moment after: nothing to judge
         # by yet (a report would say "stalled in an unknown place" of a server's idle wait).
         stalled_at_end = False
@@ -182,12 +183,18 @@ SUPERVISING = "supervising: "
 
 
 def _supervisors(report):
-    """A launcher whose main thread waits for its living children, which say in their own logs
+    """A process a fork-lock cause names spinning (busy) is stalled. A launcher whose main thread waits for its living children, which say in their own logs
     whether they are stuck (torchrun's agent, torch.multiprocessing's join, a Pool's parent, a
     subprocess that logs), supervises: idle, never stalled for that wait, unless a cause names it (a
     pipe it never reads, a child it joins before reading what the child sends). Judged after the
     causes, which look at it as the stalled process its log shows."""
     named = {pid for c in report.causes for pid in c.pids}
+    for c in report.causes:
+        # A child spinning in a fork-copied native pool burns a core and does nothing: stuck, not busy.
+        d = next((d for d in report.processes if d.pid == c.pids[0]), None) if c.kind == "fork-lock" else None
+        if d is not None and d.state == "busy":
+            d.state = "stalled"
+            d.stall.summary = d.summary = d.summary.replace("busy for", "stalled (spinning) for", 1)
     for d in report.processes:
         line = stalls.parse(d.stall.text) if d.state == "stalled" and d.stall is not None else None
         if line is None or line.state != stalls.CHILDREN or d.pid in named:

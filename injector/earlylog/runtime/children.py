@@ -26,7 +26,7 @@ def waited_children(tid, frame):
     try:
         name, _number, args = kstate.syscall(tid) or (None, None, None)
         pids = [pid for pid in waited(name, args, popen_of(frame)) if _state(pid) not in (None, "Z")]
-        sleeping = not pids and (name == "sleep" or name in ("poll", "futex") and _supervises(frame))
+        sleeping = not pids and (name == "sleep" or name in ("poll", "futex", "wait") and _supervises(frame))
         if sleeping:
             pids = [pid for pid in _children() if _state(pid) not in (None, "Z")]
         envs = [_environ(pid) for pid in pids]
@@ -39,12 +39,11 @@ def waited_children(tid, frame):
         return [], False, False
 
 
-# A supervisor's own waits for its worker processes, by file and function: multiprocessing's wait on
-# its children's sentinels (torch.multiprocessing's join, a Pool's result handler, a Process's join
-# with a timeout), a Pool's or a ProcessPoolExecutor's wait for results.
-_SUPERVISING = (("multiprocessing/connection.py", "wait"), ("multiprocessing/popen_fork.py", "poll"),
-                ("multiprocessing/pool.py", "wait"), ("multiprocessing/pool.py", "get"),
-                ("concurrent/futures/_base.py", "result"), ("concurrent/futures/_base.py", "as_completed"))
+# A supervisor's own waits for its worker processes to end, by file and function: torch.multiprocessing's
+# join of its ranks (a wait on their sentinels), a Process's join, a Pool's join. A wait for their
+# results (a DataLoader's batch, a Pool's map) is the consumer's own work waiting, not supervision.
+_SUPERVISING = (("torch/multiprocessing/spawn.py", "join"), ("multiprocessing/process.py", "join"),
+                ("multiprocessing/pool.py", "join"))
 
 
 def _supervises(frame):

@@ -79,6 +79,10 @@ def waiting(ident, frame):
     try:
         if not initialized():
             return None
+        if "/torch/" not in frame.f_code.co_filename.replace("\\", "/"):
+            # Its innermost frame is the program's (a lock it takes inside DDP's forward, say): it
+            # waits there, whatever collective it issued before.
+            return None
         call = _python_call(frame)
         if call is None and not _under_site(frame):
             return None

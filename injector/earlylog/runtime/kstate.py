@@ -45,6 +45,20 @@ def cpu_seconds(tid):
     return _stat_seconds("/proc/self/task/%d/stat" % tid)
 
 
+IN_KERNEL = 0.2  # a busy thread's share of CPU time in system calls worth saying
+
+
+def _in_kernel(tid):
+    """The share of a thread's CPU time so far spent in the kernel, where it is at least IN_KERNEL."""
+    fields = _read("/proc/self/task/%d/stat" % tid).rpartition(")")[2].split()
+    try:
+        user, system = int(fields[11]), int(fields[12])
+    except (IndexError, ValueError):
+        return None
+    share = system / float(user + system) if user + system >= 10 else 0.0  # ten ticks at least
+    return share if share >= IN_KERNEL else None
+
+
 def _stat_seconds(path):
     fields = _read(path).rpartition(")")[2].split()
     try:
@@ -83,7 +97,7 @@ def describe(tid, cpu_share=None):
         return ""
     from earlylog.runtime import notes  # at a stall or dump only: the beats never describe
     if letter == "R" or (cpu_share is not None and cpu_share >= 0.2):
-        return notes.busy(cpu_share)
+        return notes.busy(cpu_share, _in_kernel(tid))
     wchan = _read("/proc/self/task/%d/wchan" % tid)
     what = _blocked_in(syscall(tid), wchan)
     if letter == "D":

@@ -145,9 +145,21 @@ class State(Note):
         """What a blocked thread does, in a few words, without its parenthesis: `sleeping`."""
         return "" if self.busy else _re("parenthesis").sub("", self.what)
 
+    @property
+    def in_kernel(self):
+        """A busy thread's share of its CPU time spent in the kernel (percent), where busy() named it."""
+        m = _re("in kernel").search(self.what) if self.busy else None
+        return int(m.group(1)) if m else None
 
-def busy(share=None):
-    return "busy: running on a CPU%s" % ("" if share is None else " (%d%% of a core)" % round(share * 100))
+
+def busy(share=None, in_kernel=None):
+    """`busy: running on a CPU (100% of a core, 86% of its time in the kernel)`: in_kernel, the
+    share of the thread's CPU time spent in system calls, where it is large: a spin on sched_yield
+    or a poll loop looks so, arithmetic does not."""
+    parts = [] if share is None else ["%d%% of a core" % round(share * 100)]
+    if in_kernel is not None:
+        parts.append("%d%% of its time in the kernel" % round(in_kernel * 100))
+    return "busy: running on a CPU%s" % (" (%s)" % ", ".join(parts) if parts else "")
 
 
 def blocked(what, wchan=""):
@@ -653,6 +665,7 @@ _PATTERNS = {
     "file lock": r"^(?P<path>.+) \((?P<how>flock|fcntl|filelock|sqlite)\); (?P<who>.*)$",
     "holder": r"pid (\d+) \((.*?)\)(?:, |$| \()",
     "parenthesis": r" \([^)]*\)$",
+    "in kernel": r"(\d+)% of its time in the kernel",
     "unread": r"(\d+) bytes received unread, (\d+) unsent",
 }
 _compiled = {}
