@@ -43,8 +43,8 @@ def child_env(**extra):
     return env
 
 
-def run_ok(argv, env, stdout=bench_stats.DEVNULL):
-    wall, cpu, status = bench_stats.spawn(argv, env, stdout=stdout)
+def run_ok(argv, env, stdout=bench_stats.DEVNULL, stderr=bench_stats.DEVNULL):
+    wall, cpu, status = bench_stats.spawn(argv, env, stdout=stdout, stderr=stderr)
     if status != 0:
         raise RuntimeError("%s exited %d" % (" ".join(argv[-3:]), status))
     return wall, cpu
@@ -250,11 +250,34 @@ def print_row(venvs, plan, work):
         run_ok([python, CHILD, "print", result, str(plan["print_count"]), flush], env)
         return read_result(result)
 
+    sides["bounded"] = ("0", child_env(EARLYLOG=1, EARLYLOG_DIR=os.path.join(work, "print-bound-logs"),
+                                       EARLYLOG_MAX_LOG="0.01"))
     samples = bench_stats.interleave(plan["print_rounds"], sides, one, plan["warmup"])
     # 3x (issues 13 and 23): one write per line to the log beside the console's write is the floor of 2x.
-    return judged("print-live", "a user `print()` made live (line-buffered + tee)",
-                  "`print(..., flush=True)` without earlylog", "< 3x",
-                  bench_stats.paired(samples["live"], samples["flush"]), 3.0, unit="us", scale=1e6)
+    return [judged("print-live", "a user `print()` made live (line-buffered + tee)",
+                   "`print(..., flush=True)` without earlylog", "< 3x",
+                   bench_stats.paired(samples["live"], samples["flush"]), 3.0, unit="us", scale=1e6),
+            # Past the log's bound (EARLYLOG_MAX_LOG, 10 KiB here: nearly every line) a copy is kept in
+            # memory for the log's last part instead of written: no dearer than a written one.
+            judged("print-bounded", "a user `print()` past the log's bound (kept for its last part)",
+                   "`print(..., flush=True)` without earlylog", "< 3x",
+                   bench_stats.paired(samples["bounded"], samples["flush"]), 3.0, unit="us", scale=1e6)]
+
+
+def console_row(venvs, plan, work):
+    """earlylog's lines on the console of a healthy DataLoader training (2 workers), 1 and 3 epochs."""
+    title = "earlylog console lines in a healthy run (DataLoader, 2 workers; 1 and 3 epochs)"
+    if importlib.util.find_spec("torch") is None:
+        return missing("console-lines", title, "-", "1, whatever the epochs", "torch is not installed")
+    counts = []
+    for epochs in (1, 3):
+        err = os.path.join(work, "console-%d.err" % epochs)
+        run_ok([sys.executable, CHILD, "epochs", os.path.join(work, "console-result"), str(epochs)],
+               child_env(EARLYLOG=1, EARLYLOG_DIR=os.path.join(work, "console-logs-%d" % epochs)), stderr=err)
+        with open(err, "rb") as f:
+            counts.append(sum(1 for line in f if line.startswith(b"[earlylog]")))
+    return row("console-lines", title, "-", "1, whatever the epochs", "%d and %d lines" % tuple(counts),
+               "ok" if counts == [1, 1] else "OVER")
 
 
 def retry_rows(venvs, plan, work):
@@ -556,6 +579,7 @@ def main(argv=None):
         rows += guarded("log-line", logline_row, venvs, plan, work)
         rows += guarded("heartbeat", heartbeat_row, venvs, plan, work)
         rows += guarded("print-live", print_row, venvs, plan, work)
+        rows += guarded("console-lines", console_row, venvs, plan, work)
         rows += guarded("stall-pause", pause_row, venvs, plan, work)
         rows += guarded("fork", fork_row, venvs, plan, work)
         rows += guarded("retries", retry_rows, venvs, plan, work)

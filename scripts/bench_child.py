@@ -81,6 +81,23 @@ def prints(result, count, flush):
     _result(result, (time.perf_counter() - began) / count)
 
 
+def epochs(result, count):
+    """A small healthy DataLoader training (2 workers) of `count` epochs (bench.py counts the
+    earlylog lines on its console)."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+    data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(int(count)):
+        for x, y in DataLoader(data, batch_size=16, num_workers=2):
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+        print("epoch", epoch, flush=True)
+    _result(result, int(count))
+
+
 def busy(result, seconds):
     """A silent busy loop (pure Python compute): the longest gap between two of its iterations."""
     worst, last = 0.0, time.perf_counter()
@@ -291,7 +308,7 @@ def p2p_wrap(result, calls, blocks):
 
 
 if __name__ == "__main__":
-    scenario = {"torch": torch_loop, "ddp": ddp, "p2p-wrap": p2p_wrap, "logline": log_line, "print": prints, "busy": busy, "idle": idle,
+    scenario = {"torch": torch_loop, "ddp": ddp, "p2p-wrap": p2p_wrap, "epochs": epochs, "logline": log_line, "print": prints, "busy": busy, "idle": idle,
                 "heartbeat": heartbeat, "idle-threads": idle_threads,
                 "stall": stall, "forks": forks, "audit": audit, "retries": retry_beat}[sys.argv[1]]
     scenario(*sys.argv[2:])

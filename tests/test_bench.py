@@ -11,7 +11,8 @@ from support import ROOT, clean_env
 
 ROWS = {"startup-installed", "startup-on", "alt-importtime", "alt-faulthandler", "alt-hunter-installed",
         "alt-hunter-on", "torch-import", "torch-loop", "ddp-all-reduce", "ddp-p2p", "ddp-step", "ddp-import",
-        "p2p-wrap", "log-line", "heartbeat", "print-live", "idle-cpu", "memory", "idle-cpu-threads",
+        "p2p-wrap", "log-line", "heartbeat", "print-live", "print-bounded", "console-lines", "idle-cpu", "memory",
+        "idle-cpu-threads",
         "stall-latency", "stall-pause", "fork", "retry-beat", "alt-audit-event", "alt-audit-deepcopy", "exit",
         "report"}
 

@@ -182,6 +182,7 @@ BAD_VALUES = {
     "EARLYLOG_DUMP_EVERY": "-1",
     "EARLYLOG_CONSOLE": "tty",
     "EARLYLOG_FORMAT": "xml",
+    "EARLYLOG_MAX_LOG": "-2",
     "EARLYLOG_LIVE": "maybe",
     "EARLYLOG_TEE": "2",
     "EARLYLOG_PROBES": "yes please",

@@ -357,6 +357,7 @@ def test_stall_lines_round_trip():
         stalls.busy(0.374): ("busy", 37),
         stalls.IDLE_WORDS: ("idle", None),
         stalls.BLOCKED_WORDS: ("blocked", None),
+        stalls.MOVING_WORDS: ("moving", None),
         "waiting for input at the terminal (input()) in ask at ask.py:3": ("terminal", None),
         "waiting for child pid 812 (python train.py); its own log says whether it is stuck": ("children", None),
         stalls.in_collective("rank 0 waits in all_reduce #11 on group 0 (gloo) for its peer ranks"):
@@ -412,6 +413,8 @@ def test_stall_lines_reach_the_console_by_one_rule():
     telling; a noisy stall when a thread is stuck, or no step came and nothing computes."""
     assert stalls.console_silent(stalls.BLOCKED_WORDS, False, False) is True
     assert stalls.console_silent(stalls.IDLE_WORDS, True, True) is False
+    assert stalls.console_silent(stalls.MOVING_WORDS, True, True) is False  # quiet, but its threads ran
+    assert stalls.console_silent(stalls.busy(0.9), True, True) is False  # computing: busy is not stuck
     assert stalls.console_silent("waiting for input at the terminal (input())", True, True) is False
     children = "waiting for child pid 8 (python w.py); its own log says whether it is stuck"
     assert stalls.console_silent(children, False, True) is False

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from earlylog import __version__
 from earlylog.read import logread, verdict
 from earlylog.runtime import records
 from support import (STRAGGLER_JOB, TIMEOUT, by_tag, earlylog, free_port, kill_pid, kill_tree, log_files,
@@ -260,7 +261,7 @@ def test_bad_input_gives_clear_lines_and_partial_results(tmp_path, logdir):
     host = os.path.basename(real).split("-")[2]
     newer = logdir / os.path.basename(real).replace("-%s-" % host, "-node9-")
     with open(real) as src, open(newer, "w") as dest:
-        dest.write(src.read().replace("earlylog 0.1.0 at", "earlylog 9.0.0 at"))
+        dest.write(src.read().replace("earlylog %s at" % __version__, "earlylog 9.0.0 at"))
         dest.write("[earlylog] 2099-01-01 00:00:00.000 %d cmd teleport: a kind from the future\n" % pid)
     with open(real, "rb") as src, open(logdir / os.path.basename(real).replace("-%s-" % host, "-half-"), "wb") as dest:
         dest.write(src.read()[:-10])  # killed in the middle of its last write
@@ -400,7 +401,7 @@ def test_tests_pass_in_a_clone_whose_folder_and_venv_are_under_a_directory_calle
     assert res.returncode == 0 and "2 passed" in res.stdout, res.stdout[-3000:] + res.stderr[-2000:]
     # The runs were what they claim: the clone's runtime wrote the logs, torch ran from the clone's venv.
     logs = "".join(read(os.path.join(d, n)) for d, _, names in os.walk(inner) for n in names if n.endswith(".log"))
-    assert "earlylog 0.1.0 at %s, Python" % (clone / "injector" / "earlylog") in logs
+    assert "earlylog %s at %s, Python" % (__version__, clone / "injector" / "earlylog") in logs
     assert str(venv) + "/lib/" in logs and "/torch/distributed/" in logs
 
 

@@ -15,9 +15,12 @@ It owns the words and which stalls reach the console (console()). It must never 
 process or a file, and stays cheap to import: the runtime loads it at its first stall only."""
 
 # The states of a silent process, by the first words of their sentence.
-BUSY, IDLE, BLOCKED, TERMINAL, CHILDREN, COLLECTIVE = "busy", "idle", "blocked", "terminal", "children", "collective"
+BUSY, IDLE, BLOCKED, MOVING, TERMINAL, CHILDREN, COLLECTIVE = (
+    "busy", "idle", "blocked", "moving", "terminal", "children", "collective")
 IDLE_WORDS = "idle: every thread waits for work (a server, a worker's loop, an event loop)"
 BLOCKED_WORDS = "blocked: no CPU used; each thread below says on what"
+MOVING_WORDS = "waiting: no CPU used, but a thread of it ran since the last look (a timed wait, a poll loop, " \
+    "a peer that answers); each thread below says on what"
 TERMINAL_WORDS = "waiting for input at the terminal"
 CHILDREN_WORDS = "waiting for child"
 COLLECTIVE_WORDS = "in a collective: "
@@ -138,12 +141,13 @@ def console_noisy(stuck, share, peers, again):
 def console_silent(state, relay, again):
     """Does a silent stall reach the console? A person answering a prompt would find the line in
     the middle of it, and an idle server's (Ray's daemons, whose output Ray forwards to the driver's
-    terminal) would be a false alarm: never. A launcher waiting for its children (a supervisor) is
+    terminal) would be a false alarm: never; nor a process that computes (busy is not stuck), nor one
+    whose threads ran since the last look (quiet is not stuck: the report judges its dump). A launcher waiting for its children (a supervisor) is
     no hang of its own: its line reaches the console only to relay a stuck child whose own lines
     do not, or where its children keep no log (relay). A rank waiting for its peer ranks is told
     there from its second telling (again), as a noisy one (console_noisy)."""
     kind = _state(state)
-    if kind in (TERMINAL, IDLE):
+    if kind in (TERMINAL, IDLE, BUSY, MOVING):
         return False
     if kind == CHILDREN:
         return relay
@@ -230,4 +234,6 @@ def _state(words):
         return CHILDREN
     if words.startswith(COLLECTIVE_WORDS):
         return COLLECTIVE
+    if words.startswith(MOVING_WORDS[:8]):
+        return MOVING
     return BLOCKED

@@ -76,6 +76,7 @@ class Proc:
         self.crash = None       # model.Crash: the fatal error that ended it
         self.stall = None       # model.Stall: the stall it was last in (ended or not)
         self.dumped_at = None   # when its last `dump:` came (a stall line's dump follows it)
+        self.left_out = None    # [lines, MiB] of its output the log's bound left out (EARLYLOG_MAX_LOG)
         # Its waits for peer ranks in a collective that ended (a slower rank, most often): how many,
         # the longest (seconds), and the collective of that one (`all_reduce #3 on group 0`).
         self.peer_waits = None
@@ -514,6 +515,10 @@ def _event(folder, p, kind, when, text):
         p.title = text[len(_TITLE):].strip() or None
     elif kind == "note" and text.startswith("watchdog: "):  # fault.py's note at start: its EARLYLOG_STALL
         p.stall_after = records.parse_stacks_after(text)
+    elif kind == "note" and text.startswith(records.LEFT_OUT):
+        found = records.parse_left_out(text)
+        if found:
+            p.left_out = [(p.left_out or [0, 0.0])[0] + found[0], round((p.left_out or [0, 0.0])[1] + found[1], 1)]
     elif kind == "earlylog" and text.startswith(_UNRECORDED):
         p.unrecorded = text  # `start-up failed: ...`: no exit record will come
     elif kind == "WARNING":

@@ -151,7 +151,7 @@ class Process(Record):
                  "world_size", "restart", "job", "command", "idle", "checked_here", "kernel_state", "killed_by",
                  "still_starting", "files", "start", "last_seen", "end", "state", "status", "summary", "where",
                  "phase", "stall", "crash", "exception", "memory", "warnings", "phases", "children", "waited_by",
-                 "retrying", "earlylog", "exit_call", "exit_note", "exit_next", "peer_waits")
+                 "retrying", "earlylog", "exit_call", "exit_note", "exit_next", "peer_waits", "output_left_out")
 
 
 class PeerWaits(Record):

@@ -75,6 +75,10 @@ def _tree(d, by_key, depth, paint, stacks):
     if d["state"] in verdict.TROUBLE:
         for w in d["warnings"][:3]:
             lines += _wrap("WARNING " + w, detail, detail)
+    if d.get("output_left_out"):
+        gap = d["output_left_out"]
+        lines += _wrap("its log left out %d lines (%.1f MiB) of its output, past EARLYLOG_MAX_LOG (`earlylog tail` "
+                       "shows where)" % (gap["lines"], gap["mib"]), detail, detail)
     if stacks:
         lines += _stacks(d, detail)
     for pid in d["children"]:

@@ -71,7 +71,8 @@ def _process(p, now, here):
                 summary="", memory=_memory(p), warnings=list(p.warnings), phases=p.phases + p.open, children=[],
                 earlylog=p.version, exit_call=p.exit.call,
                 peer_waits=PeerWaits(count=p.peer_waits[0], longest=round(p.peer_waits[1], 1),
-                                     collective=p.peer_waits[2]) if p.peer_waits else None)
+                                     collective=p.peer_waits[2]) if p.peer_waits else None,
+                output_left_out={"lines": p.left_out[0], "mib": p.left_out[1]} if p.left_out else None)
     if p.open:
         d.phase = p.open[-1].name
     raised = _raised(p)

@@ -178,8 +178,8 @@ def _start(origin, parent_tag=None):
     # A fork child is the same program: it keeps its parent's console choice, unless its stream is
     # a terminal that is not its parent's (pty.fork gave it one to read as data).
     if parent_tag is None:
-        parent = sinks.earlylog_parent(config)
-        quiet = parent is not None
+        parent, shared = sinks.earlylog_parent(config)
+        quiet = parent is not None and not shared
     else:
         parent, quiet = None, state.logger is not None and state.logger.console.kind == "off" or \
             _foreign_terminal(config)
@@ -195,10 +195,10 @@ def _start(origin, parent_tag=None):
     logger.event("start", records.start_line(
         ident.pid, ident.ppid, "argv " + redact.command(ident.argv), path, origin, _version(),
         os.path.dirname(os.path.dirname(os.path.abspath(__file__))), sys.version.split()[0], ident.grandparent,
-        ident.place), console=parent_tag is None)
+        ident.place), console=parent_tag is None and parent is None)  # once per run: the first process's
     for problem in config.problems:
-        logger.event("WARNING", problem, console=parent_tag is None)  # the parent said it already
-    if parent:
+        logger.event("WARNING", problem, console=parent_tag is None and parent is None)  # the parent said it already
+    if quiet and parent:
         logger.event("note", records.CONSOLE_OFF + "a child of earlylog process %d writes them to its %s only when "
                              "that is its parent's terminal (a pipe, or a terminal a program opened for it, may be "
                              "read as data); they are in this file" % (parent, config.console))

@@ -7,6 +7,8 @@ from earlylog import OFF_WORDS
 DEFAULT_STALL = 30.0
 MAX_SECONDS = 1e6  # about 11 days; more overflows the watchdog's timers
 TRUE_WORDS = ("1", "true", "on", "yes")
+MIB = 1 << 20
+MAX_MIB = 1 << 20  # a TiB
 
 # Knob name -> (kind, default, help). The README's knob table says the same in words.
 KNOBS = {
@@ -18,8 +20,11 @@ KNOBS = {
                                             "status 124, so its launcher restarts it; 0 disables"),
     "EARLYLOG_ON_STALL": ("text", "", "a shell command run once per confirmed stall, given the stall as JSON on stdin"),
     "EARLYLOG_DUMP_EVERY": ("seconds", 0.0, "dump every thread's stack this often regardless of activity; 0 disables"),
-    "EARLYLOG_CONSOLE": (("stderr", "stdout", "off"), "stderr", "where earlylog's own lines go besides the file"),
+    "EARLYLOG_CONSOLE": (("stderr", "stdout", "off", "all"), "stderr",
+                         "where earlylog's lines that need a person go besides the file; all: every line, on stderr"),
     "EARLYLOG_FORMAT": (("text", "json"), "text", "log line format; json gives one JSON object per line"),
+    "EARLYLOG_MAX_LOG": ("mib", 256.0, "MiB a process's log file may grow to: past three quarters of it, the "
+                                       "program's output copy keeps its last part only; 0: no bound"),
     "EARLYLOG_LIVE": ("flag", True, "make sys.stdout/sys.stderr line-buffered so print() arrives at once"),
     "EARLYLOG_TEE": ("flag", True, "copy the program's own stdout/stderr lines into the log file"),
     "EARLYLOG_PROBES": ("flag", True, "log the environment probes (process, stdio, machine, GPU, packages)"),
@@ -54,7 +59,12 @@ class Config:
             self.on_stall = ""
         self.dump_every = knob("EARLYLOG_DUMP_EVERY")
         self.console = knob("EARLYLOG_CONSOLE")
+        # `all` is stderr with every line a writer offers it, as before the console's rule (issue 38).
+        self.console_all = self.console == "all"
+        if self.console_all:
+            self.console = "stderr"
         self.format = knob("EARLYLOG_FORMAT")
+        self.max_log = int(knob("EARLYLOG_MAX_LOG") * MIB)
         self.live = knob("EARLYLOG_LIVE")
         self.tee = knob("EARLYLOG_TEE")
         self.probes = knob("EARLYLOG_PROBES")
@@ -76,6 +86,15 @@ class Config:
                 return False
             self.problems.append("%s=%r is not one of 1/true/on/yes or 0/false/off/no; using %s"
                                  % (name, raw, "on" if default else "off"))
+            return default
+        if kind == "mib":
+            try:
+                number = float(value)
+            except ValueError:
+                number = -1.0
+            if 0 <= number <= MAX_MIB:
+                return number
+            self.problems.append("%s=%r is not a number of MiB (0 to %d); using %g" % (name, raw, MAX_MIB, default))
             return default
         if kind == "seconds":
             try:

@@ -59,6 +59,8 @@ def start(logger):
     from earlylog.runtime import imports
     imports.when_imported("threading", _hook_threads)  # not now: threading costs ms of start-up
     imports.when_imported("concurrent.futures._base", _hook_futures)
+    if sys.version_info[:2] == (3, 11):  # 3.12+ watch __main__ (_watch_main); 3.9 and 3.10 see below
+        imports.when_imported("runpy", _hook_runpy)
     atexit.register(_at_exit)
     _watch_main()
 
@@ -118,16 +120,56 @@ def _where(frame):
 
 def _sys_exit(status=None):
     """sys.exit, recording the status it was given (in another thread it only ends that thread)."""
-    if get_ident() == _main:
-        _saw(status, "sys.exit", sys._getframe(1))
-    return _original["sys.exit"](status)
+    if get_ident() != _main:
+        return _original["sys.exit"](status)
+    _saw(status, "sys.exit", sys._getframe(1))
+    try:
+        return _original["sys.exit"](status)
+    except SystemExit as exc:
+        _caught_or_not(exc)
+        raise
 
 
 def _quitter_call(self, code=None):
     """exit() / quit(), recording the status."""
-    if get_ident() == _main:
-        _saw(code, "exit", sys._getframe(1))
-    return _original["exit()"](self, code)
+    if get_ident() != _main:
+        return _original["exit()"](self, code)
+    _saw(code, "exit", sys._getframe(1))
+    try:
+        return _original["exit()"](self, code)
+    except SystemExit as exc:
+        _caught_or_not(exc)
+        raise
+
+
+class _Caught:
+    """Rides on the SystemExit an exit call raised, to tell whether that exit happened: the program
+    that catches it (pytest.raises(SystemExit), a CLI's own tests) frees it while its own code runs
+    (a Python frame calls this __del__), and goes on; one that ends the process is freed by the
+    interpreter itself, with no Python frame left. A caught exit's status is not the one the shell
+    sees: the record forgets it. Pickled, it is nothing (an exception sent to another process)."""
+    __slots__ = ("status",)
+
+    def __init__(self, status):
+        self.status = status
+
+    def __reduce__(self):
+        return tuple, ()
+
+    def __del__(self):
+        global _status
+        try:
+            if _status is self.status and sys._getframe(1) is not None:
+                _status = None
+        except BaseException:  # no frame above: the interpreter freed it as the process ends
+            pass
+
+
+def _caught_or_not(exc):
+    try:
+        exc.__dict__["_earlylog_exit"] = _Caught(_status)
+    except BaseException:  # an exception without a __dict__: the record stays as it was
+        pass
 
 
 def _os_exit(status):
@@ -230,7 +272,7 @@ def _record():
 def after_main():
     """Called by the stdio Tee (its on_main_flush) when the interpreter flushes with no Python
     frame on the stack."""
-    global _flushed
+    global _flushed, _status
     if _flushed or _status == "written" or _returned:
         return
     _flushed = True
@@ -238,17 +280,36 @@ def after_main():
     # type(), not isinstance: isinstance runs a proxy's __class__. The young generations hold
     # thousands of objects; they are matched against the set of exit types in C first.
     exits = _subclasses(SystemExit)
-    for generation in (0, 1):
+    # A SystemExit in flight is among the youngest objects, unless a full collection ran since it was
+    # raised (a long `finally`): the oldest generation is searched only where an exit call was seen,
+    # the one case whose answer changes the record.
+    for generation in (0, 1, 2) if _status is not None else (0, 1):
         objects = gc.get_objects(generation)
         if exits.isdisjoint(map(type, objects)):
             continue
-        obj = next(o for o in objects if type(o) in exits)
+        obj = next((o for o in objects if type(o) in exits and _in_flight(o)), None)
+        if obj is None:
+            continue
         if _status is None or _status[0] != _code(obj.code):  # keep "sys.exit" when it was
             tb = obj.__traceback__
             while tb is not None and tb.tb_next is not None:
                 tb = tb.tb_next
             _saw(obj.code, "raise SystemExit", tb.tb_frame if tb is not None else None)
         return
+    # No SystemExit in flight: an exit call seen earlier was caught (pytest.raises(SystemExit), a
+    # CLI's own test), and the program went on to its end. Its status is not the one the shell sees.
+    _status = None
+
+
+def _in_flight(exc):
+    """Is this SystemExit the one ending the script, not one the program caught and kept (a test
+    runner's `raises`)? The program's outermost frame it passed through ended at that line: a frame
+    that went on after catching it stands at a later one. (Our exit wrappers' frames are not the
+    program's: they re-raise it.)"""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_globals is globals():
+        tb = tb.tb_next
+    return tb is None or tb.tb_frame.f_lineno == tb.tb_lineno
 
 
 def _subclasses(cls):
@@ -429,6 +490,40 @@ def _hook_threads():
     threading = sys.modules["threading"]
     _original["threading.excepthook"] = threading.excepthook
     threading.excepthook = _thread_excepthook
+
+
+def _hook_runpy():
+    """`python -m MODULE` on Python 3.11: runpy._run_module_as_main, which the interpreter looks up
+    when it runs the module, is wrapped to see how the module's code ended: a normal end (status 0,
+    whatever exit it caught before) or a SystemExit and its status, which -m otherwise hides. The
+    wrapper's frame is taken off the exception's traceback (stdio.hide_frame), so a program's printed
+    traceback reads as without earlylog; Python 3.9 and 3.10 would print it, so they keep the old way."""
+    runpy = sys.modules["runpy"]
+    if getattr(runpy, "_run_module_as_main", None) is not None:
+        _wrap(runpy, "_run_module_as_main", "runpy._run_module_as_main", _run_module_as_main)
+
+
+def _run_module_as_main(*args, **kwargs):
+    global _status
+    try:
+        result = _original["runpy._run_module_as_main"](*args, **kwargs)
+    except SystemExit as exc:
+        if _status != "written" and get_ident() == _main:
+            if _status is None or _status[0] != _code(exc.code):  # keep "sys.exit" when it was
+                tb = exc.__traceback__
+                while tb is not None and tb.tb_next is not None:
+                    tb = tb.tb_next
+                _saw(exc.code, "raise SystemExit", tb.tb_frame if tb is not None else None)
+        from earlylog.runtime import stdio
+        stdio.hide_frame(exc)
+        raise
+    except BaseException as exc:
+        from earlylog.runtime import stdio
+        stdio.hide_frame(exc)
+        raise
+    if _status != "written":
+        _status = (0, "end of program")  # the module's code returned: any exit it asked for was caught
+    return result
 
 
 def _hook_futures():

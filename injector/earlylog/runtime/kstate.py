@@ -3,7 +3,7 @@ Linux-only (elsewhere it says nothing); it must never read from, write to or cha
 import os
 import sys
 
-from earlylog.runtime import fds
+from earlylog.runtime import fds, threads
 
 # syscall number -> what the call is; /proc/<tid>/syscall gives the number and raw arguments.
 _CALLS = {
@@ -33,6 +33,37 @@ def _read(path):
     # another process are not.
     keep = path.startswith("/proc/self/")
     return (fds.read(path, keep=keep) or b"").decode("ascii", "replace").strip()
+
+
+def kernel_ids():
+    """{ident: kernel tid} of the main thread and the program's threading.Threads, read from
+    threading's own table (copied whole: no lock taken) and each Thread's instance dict."""
+    out = threads.native_ids()
+    threading = sys.modules.get("threading")
+    active = vars(threading).get("_active") if threading is not None else None
+    if type(active) is dict:
+        for ident, thread in dict(active).items():
+            try:
+                tid = vars(thread).get("_native_id")
+            except TypeError:
+                continue
+            if type(tid) is int:
+                out.setdefault(ident, tid)
+    return out
+
+
+def timeslices(tid):
+    """How many timeslices the kernel has run this thread (schedstat's third field), else its
+    context switches; None when neither can be read. A thread blocked for good never runs; a timed
+    wait, a poll loop or a peer that answers wakes it."""
+    raw = threads.read("/proc/self/task/%d/schedstat" % tid, 256)
+    fields = raw.split() if raw else ()
+    if len(fields) >= 3:
+        return int(fields[2])
+    raw = threads.read("/proc/self/task/%d/status" % tid, 4096)
+    if not raw:
+        return None
+    return sum(int(line.split()[1]) for line in raw.splitlines() if b"ctxt_switches:" in line)
 
 
 def cpu_seconds(tid):

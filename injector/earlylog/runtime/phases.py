@@ -4,7 +4,7 @@ import os
 import time
 from _thread import get_ident
 
-from earlylog.runtime import state
+from earlylog.runtime import records, state
 
 
 class Open:
@@ -133,9 +133,9 @@ def _remind():
             for entry in list(stack):
                 if entry.waiting and not entry.reminded and now - entry.started >= after:
                     entry.reminded = True
-                    _log(quiet=True, text="waiting %s%s: still waiting %s after %.0f s"
-                         % (entry.name, " " + entry.detail if entry.detail else "", entry.waiting,
-                            now - entry.started))
+                    _log(quiet=True, text="%s%s%s: still waiting %s after %.0f s"
+                         % (records.STILL_WAITING, entry.name, " " + entry.detail if entry.detail else "",
+                            entry.waiting, now - entry.started))
 
 
 def _log(text, quiet=False):

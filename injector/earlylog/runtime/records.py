@@ -9,6 +9,50 @@ CONTINUATION = "| "
 KINDS = ("start", "exit", "exec", "exception", "signal", "fatal", "stall", "dump", "phase", "probe",
          "WARNING", "out", "err", "mem", "fork", "mark", "note", "earlylog")
 
+# The console's rule (docs/log-format.md#the-console): a healthy run shows one line, the first
+# process's start line; a line reaches the console only where a person should act on it, and the
+# log file holds them all. Kinds whose lines stay in the file whatever their writer offers: the
+# work of a healthy run (phases, forks, notes, memory, probes, dumps, execs, the copy of the
+# program's output). A stall line's writer applies grammar/stalls.py's rule; an exit reaches it
+# only with a non-zero status; a phase only while it still waits (a rendezvous); the first
+# process's start line only (boot.py). EARLYLOG_CONSOLE=all shows every line a writer offers.
+FILE_ONLY = frozenset(("phase", "fork", "note", "mem", "probe", "dump", "exec", "out", "err"))
+STILL_WAITING = "waiting "  # a phase's reminder (phases.py): `waiting barrier: still waiting for peers ...`
+
+
+# The bounded log (EARLYLOG_MAX_LOG, sinks.Logger): past three quarters of the bound the program's
+# output copy keeps its last lines only, written with this note before an exit, an exception or a
+# stall; earlylog's own records are always written.
+LEFT_OUT = "output left out: "
+KEEPS_TAIL = ("exit", "exception", "stall", "signal")
+
+
+def left_out(lines, size, since, bound, kept):
+    """The note written with the kept last lines: how much of the program's output was left out."""
+    return "%s%d line%s (%.1f MiB) of the program's output from %s on, past the log's bound " \
+           "(EARLYLOG_MAX_LOG=%g MiB); the %d line%s after them are kept" % (
+               LEFT_OUT, lines, "" if lines == 1 else "s", size / 1048576.0, clock(since), bound / 1048576.0,
+               kept, "" if kept == 1 else "s")
+
+
+def parse_left_out(text):
+    """(lines, MiB) of a left_out() note, else None."""
+    if not text.startswith(LEFT_OUT):
+        return None
+    words = text[len(LEFT_OUT):].split()
+    try:
+        return int(words[0]), float(words[2 if words[1] in ("line", "lines") else 1].strip("("))
+    except (IndexError, ValueError):
+        return None
+
+
+def needs_person(kind, text):
+    """Does a line its writer offers the console belong there by the console's rule?"""
+    if kind in FILE_ONLY:
+        return kind == "phase" and text.startswith(STILL_WAITING)
+    return kind != "exit" or not text.startswith("status 0 ")
+
+
 # What the reader parses, each beside its writer below; compiled on first use (_re): the runtime
 # only formats, and must not pay for `re` at start-up.
 UNRAISABLE = "unraisable: "  # an `exception:` event's first words for an error Python could not raise (hooks.py)

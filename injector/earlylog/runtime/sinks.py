@@ -190,25 +190,25 @@ def _write_without_sigpipe(fd, data):
 
 
 def earlylog_parent(config):
-    """The parent's pid when this process is a child of an earlylog process (the parent has a log
-    file open in this run's log folder) and its console stream is not its parent's terminal; else
-    None. Such a stream is the parent's business: `subprocess.run(..., capture_output=True)` reads
-    it as data (compares it, parses it, fails on anything there), and so do programs that swap their
-    own stderr before they start a child, and pexpect, which gives the child a terminal of its own
-    and reads it. The first process of a tree keeps its console lines (a launcher such as Node.js
-    shows them), and so does a child writing to the terminal its parent writes to: the person's
-    (docs/design.md#console-lines-only-where-a-person-reads)."""
+    """(the parent's pid when this process is a child of an earlylog process: the parent has a log
+    file open in this run's log folder, else None; whether this process's console stream is its
+    parent's terminal). A child's stream that is not its parent's terminal is the parent's business:
+    `subprocess.run(..., capture_output=True)` reads it as data (compares it, parses it, fails on
+    anything there), and so do programs that swap their own stderr before they start a child, and
+    pexpect, which gives the child a terminal of its own and reads it: its console lines stay off.
+    The first process of a tree keeps its console lines (a launcher such as Node.js shows them), and
+    so does a child writing to the terminal its parent writes to: the person's
+    (docs/design.md#console-lines-only-where-a-person-reads); only the first prints its start line."""
     fd = CONSOLE_FDS.get(config.console)
     folder = config.dir or (os.path.dirname(config.file) if config.file else None)
     if fd is None or folder is None:
-        return None  # no console, or the first process of a default run: no earlylog parent
+        return None, False  # no console, or the first process of a default run: no earlylog parent
     try:
         ppid = os.getppid()
-        if parents_terminal(fd, ppid):
-            return None
+        shared = parents_terminal(fd, ppid)
         names = os.listdir("/proc/%d/fd" % ppid)
     except OSError:  # closed, no /proc, or not ours to read: keep the console as it was asked
-        return None
+        return None, False
     inside = os.path.join(folder, "")
     for name in names[-64:]:  # our log fd sits high, so among the last entries
         try:
@@ -216,8 +216,8 @@ def earlylog_parent(config):
         except OSError:
             continue
         if link.startswith(inside) or link == config.file:
-            return ppid
-    return None
+            return ppid, shared
+    return None, shared
 
 
 def parents_terminal(fd, ppid):
@@ -328,6 +328,12 @@ class Logger:
         self._file_id = _identity(fd) if fd is not None else None
         self.formatter = records.Formatter(config.format, ident.pid, ident.tag, ident.host)
         self.lineage = _lineage
+        # The log's bound (EARLYLOG_MAX_LOG): bytes this process wrote to its file; past `head`, the
+        # program's output copies wait in `tail` (its last part, `tail_bytes` of them), how many
+        # were left out since when (`left`), until an exit, an exception or a stall writes them.
+        self.size = 0
+        self.head = config.max_log * 3 // 4 if config.max_log else None
+        self.tail, self.tail_bytes, self.left = [], 0, None
 
     def touch(self):
         """Record a sign of life (a user write) without writing a line."""
@@ -347,6 +353,12 @@ class Logger:
         except UnicodeEncodeError:  # lone surrogates (undecodable bytes in argv, paths, output)
             data = line.encode("utf-8", "backslashreplace")
         fd = self.fd
+        if self.head is not None and fd is not None:
+            if kind in ("out", "err") and self.size >= self.head:
+                return self._keep(data)
+            if self.tail and kind in records.KEEPS_TAIL:
+                self._write_tail()
+            self.size += len(data)
         if fd is not None:
             try:
                 written = _write(fd, data)
@@ -354,7 +366,9 @@ class Logger:
                     self.write_file(data[written:])
             except OSError as exc:
                 self._file_lost(exc)
-        if console:
+        # The console's rule (records.needs_person) while the log file takes every line; without
+        # one, the console is the only place left.
+        if console and (fd is None or self.config.console_all or records.needs_person(kind, text)):
             self.console.write(line, data)
 
     def copy(self, prefix, line):
@@ -367,6 +381,42 @@ class Logger:
         if data is None:
             return self.event(prefix[:-2].decode(), line[:-1].decode(), console=False)
         self.last_activity = _monotonic()
+        if self.head is not None:
+            if self.size >= self.head:
+                return self._keep(data)
+            self.size += len(data)
+        self.write_file(data)
+
+    def _keep(self, data):
+        """A copy of the program's output past the head: kept among the last ones, the rest counted."""
+        if self.left is None:
+            self.left = [0, 0, time.time()]
+        self.tail.append(data)
+        self.tail_bytes += len(data)
+        room = self.config.max_log // 8
+        if self.tail_bytes > 2 * room:  # trimmed in batches: a list's front is costly to pop one by one
+            cut, dropped = 0, 0
+            while self.tail_bytes - dropped > room:
+                dropped += len(self.tail[cut])
+                cut += 1
+            self.left[0] += cut
+            self.left[1] += dropped
+            del self.tail[:cut]
+            self.tail_bytes -= dropped
+
+    def _write_tail(self):
+        """The note saying how much output was left out, then its kept last lines, where the bound
+        leaves room for them (else the note alone, and they are left out too)."""
+        tail, lines, size = self.tail, self.left[0], self.left[1]
+        since = self.left[2]
+        self.tail, self.tail_bytes, self.left = [], 0, None
+        kept = sum(len(d) for d in tail)
+        if self.size + kept > self.config.max_log:
+            lines, size, tail = lines + len(tail), size + kept, []
+        note = self.formatter.lines(_now(), "note", records.left_out(lines, size, since, self.config.max_log,
+                                                                     len(tail)))
+        data = note.encode("utf-8", "backslashreplace") + b"".join(tail)
+        self.size += len(data)
         self.write_file(data)
 
     def write_file(self, data):

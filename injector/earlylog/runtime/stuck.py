@@ -20,7 +20,7 @@ import weakref
 from _thread import get_ident
 
 from earlylog.grammar import stalls
-from earlylog.runtime import records, threads as our_threads
+from earlylog.runtime import kstate, records, threads as our_threads
 
 MAX_FRAMES = 40     # frames in a stack signature, as in a dump
 # Event loops' tasks are looked at only while there are at most this many (about 7 us each, with
@@ -120,7 +120,7 @@ class Tracker:
         steps not while they are `steady`). A step the thread made since the last look is progress,
         wherever the look finds it (each step waits at the same collective)."""
         frames = sys._current_frames()
-        tids = _kernel_ids()
+        tids = kstate.kernel_ids()
         me = get_ident()
         seen, stuck, loops, hubs = {}, {}, [], []
         # A thread already told stuck stays so until its stack moves: a blocked wait can be woken
@@ -135,7 +135,7 @@ class Tracker:
             elif self.loop_file(frame.f_code.co_filename) == "hub":
                 hubs.append((ident, frame))  # a gevent or eventlet hub between greenlets: theirs tell
             steps = self.beats_of(ident)
-            sig, runs = (_signature(frame), steps), _runs(tid)
+            sig, runs = (_signature(frame), steps), kstate.timeslices(tid)
             old = self.seen.get(ident)
             if old is None or old.sig != sig or old.runs != runs and ident not in held or runs is None:
                 seen[ident] = _Seen(sig, runs, now)
@@ -216,7 +216,7 @@ class Tracker:
         shares, whole = our_threads.gated(_stacks).cpu_shares()
         took = max(time.monotonic() - began, 0.01)
         used = sum(b - a for a, b in zip(before, _cpu(kids)) if a is not None and b is not None)
-        tids = _kernel_ids()
+        tids = kstate.kernel_ids()
         mine = {tids.get(ident) for ident in stuck if type(ident) is int}
         others = sum(share for tid, share in shares.items() if tid not in mine) + used / _TICKS / took
         if stuck and beats is None and others >= stalls.BUSY_SHARE:
@@ -258,29 +258,12 @@ class Tracker:
 
 def _stacks():
     """The stacks module (with kstate, which its CPU sample reads with), imported under threads.gated."""
-    from earlylog.runtime import kstate, stacks  # noqa: F401
+    from earlylog.runtime import stacks
     return stacks
 
 
 def _secs(s):
     return "%.1f" % s if s < 10 else "%.0f" % s
-
-
-def _kernel_ids():
-    """{ident: kernel tid} of the main thread and the program's threading.Threads, read from
-    threading's own table (copied whole: no lock taken) and each Thread's instance dict."""
-    out = our_threads.native_ids()
-    threading = sys.modules.get("threading")
-    active = vars(threading).get("_active") if threading is not None else None
-    if type(active) is dict:
-        for ident, thread in dict(active).items():
-            try:
-                tid = vars(thread).get("_native_id")
-            except TypeError:
-                continue
-            if type(tid) is int:
-                out.setdefault(ident, tid)
-    return out
 
 
 def _signature(frame):
@@ -289,19 +272,6 @@ def _signature(frame):
         sig.append((id(frame.f_code), frame.f_lasti))
         frame = frame.f_back
     return tuple(sig)
-
-
-def _runs(tid):
-    """How many timeslices the kernel has run this thread (schedstat's third field), else its
-    context switches; None when neither can be read."""
-    raw = our_threads.read("/proc/self/task/%d/schedstat" % tid, 256)
-    fields = raw.split() if raw else ()
-    if len(fields) >= 3:
-        return int(fields[2])
-    raw = our_threads.read("/proc/self/task/%d/status" % tid, 4096)
-    if not raw:
-        return None
-    return sum(int(line.split()[1]) for line in raw.splitlines() if b"ctxt_switches:" in line)
 
 
 def _library(path):
@@ -324,7 +294,7 @@ def _judge(ident, tid, frame):
     top level (a service), a wait for children that run earlylog (their own watchdogs judge them).
     For a wait on other children, the second item is (their pids, their CPU time): while it rises,
     they work. The third is True for a wait on peer ranks in a collective (runtime/collectives.py)."""
-    from earlylog.runtime import aio, children, collectives, kstate
+    from earlylog.runtime import aio, children, collectives
     call = kstate.syscall(tid)
     stack, users = _stack(frame)
     if call is not None and call[0] in PARTNER + ("sleep",) and users and aio.in_step(frame):
@@ -455,9 +425,9 @@ def waiting_for_work():
     parked. Such a process's silence is its idleness: the watchdog keeps its stall line off the
     console (read/idle.py judges the dump the same way). Called in the watchdog thread under
     threads.gated; reads frames and the loop's task set, runs none of the program's code."""
-    from earlylog.runtime import kstate, notes, stacks
+    from earlylog.runtime import notes, stacks
     main_ident = our_threads.main_ident()
-    tids = _kernel_ids()
+    tids = kstate.kernel_ids()
     parked = serving = stopping = False
     for ident, frame in sys._current_frames().items():
         if ident == get_ident() or our_threads.name_of(ident) is not None:
@@ -502,7 +472,7 @@ def _task_waits_for_work(chain, server_read):
 
 def _waiting(frame, tid):
     """`waiting for lock cache_lock`, `waiting for queue batches (get)`, or the kernel's words."""
-    from earlylog.runtime import kstate, waits
+    from earlylog.runtime import waits
     found = waits.waited(frame)
     if found is not None:
         kind, name, call = found

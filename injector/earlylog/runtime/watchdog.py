@@ -74,9 +74,20 @@ def _act(watchdog):
 
 
 def _checks():
-    """(progress, retries): the per-thread and heartbeat check, and the retry count, of each beat."""
-    from earlylog.runtime import progress, retries
-    return progress, retries
+    """(progress, retries, kstate): the per-thread and heartbeat check, the retry count, and the
+    timeslices the program's threads ran, of each beat."""
+    from earlylog.runtime import kstate, progress, retries
+    return progress, retries, kstate
+
+
+def _timeslices(kstate):
+    """The timeslices the program's threads (not ours) have run so far, summed: a thread blocked
+    for good never runs, one in a timed wait, a poll loop or a collective that completes does."""
+    total = 0
+    for ident, tid in kstate.kernel_ids().items():
+        if threads.name_of(ident) is None:
+            total += kstate.timeslices(tid) or 0
+    return total
 
 
 def _sampler():
@@ -102,7 +113,8 @@ class Watchdog:
         self.cpu_at_beat = None
         self.title = None  # the process title last written in a note
         self.stall_dumps = 0  # stall dumps written, silent or per-thread (runtime/act.py reads it)
-        self.checks = None  # (progress, retries), loaded at the first beat (_loop)
+        self.checks = None  # (progress, retries, kstate), loaded at the first beat (_loop)
+        self.slices = None  # the program's threads' timeslices at the last beat (_timeslices)
         # The loop's own state, kept here so that the loop goes on where it was after a fork
         # (run() ends for it and starts again). The first look comes after a short wait, so the
         # thread takes no GIL time from start-up.
@@ -143,12 +155,14 @@ class Watchdog:
                 self.dump("on request (earlylog dump)")
             silent_since = self.logger.last_activity
             if self.stall:
+                slices = _timeslices(self.checks[2])
+                moved, self.slices = self.slices is not None and slices != self.slices, slices
                 if self.episode is not None and silent_since != self.episode:
                     self._quiet("stall", stalls.over(silent_since - self.episode, silence=True))
                     self.episode, self.next_at = None, self.stall
                 if now - silent_since >= self.next_at:
                     self.episode = silent_since
-                    self.stall_dump(now - silent_since)
+                    self.stall_dump(now - silent_since, moved)
                     self.next_at += min(self.next_at, stalls.GROWTH_CAP)
                 # A thread stuck while others print, or no training step: docs/watchdog.md#progress
                 self.checks[0].check(self, now, self.episode is not None)
@@ -200,11 +214,11 @@ class Watchdog:
             self._quiet("stall", stalls.gil(gap, share))
         self.last_beat, self.cpu_at_beat = now, cpu
 
-    def stall_dump(self, silence):
+    def stall_dump(self, silence, moved=False):
         # The CPU sample sleeps SAMPLE seconds: outside the gate, so no fork waits for it.
         shares, whole = threads.gated(_stacks).cpu_shares()
         busy = whole >= stalls.BUSY_SHARE
-        threads.gated(self._stall_lines, silence, shares, whole, busy)
+        threads.gated(self._stall_lines, silence, shares, whole, busy, moved)
         # Reading native stacks stops every thread of the process: never a busy one (busy is not
         # stuck), and once per process, only where a thread blocked in C is worth the pause.
         if self.logger.config.native and not self.native_done and not busy:
@@ -217,8 +231,9 @@ class Watchdog:
             self.last_beat = time.monotonic()
             self.armed.rearm_timer()
 
-    def _stall_lines(self, silence, shares, whole, busy):
-        """The stall line and the dump (they import as they go: run under threads.gated)."""
+    def _stall_lines(self, silence, shares, whole, busy, moved):
+        """The stall line and the dump (they import as they go: run under threads.gated); moved: a
+        thread of the program ran since the last beat."""
         from earlylog.runtime import phases
         phase = phases.describe(threads.main_ident()) or next(
             (phases.describe(tid) for tid in phases.current()), "")
@@ -235,8 +250,8 @@ class Watchdog:
                 waiting, relay = _waiting_for_children(os.path.dirname(self.logger.path or ""))
             idle = idle and not prompt and not waiting
             peers = None if prompt or waiting or idle else _waiting_for_peers()
-            state = prompt or waiting or (stalls.IDLE_WORDS if idle else
-                                          stalls.in_collective(peers) if peers else stalls.BLOCKED_WORDS)
+            state = prompt or waiting or (stalls.IDLE_WORDS if idle else stalls.in_collective(peers) if peers else
+                                          stalls.MOVING_WORDS if moved else stalls.BLOCKED_WORDS)
         self._quiet("stall", stalls.silent(silence, phase, state, self.logger.path),
                     console=stalls.console_silent(state, relay, self.next_at > self.stall))
         self._dump("stall after %.0f s of silence" % silence, shares)
