@@ -12,7 +12,7 @@ import time
 import pytest
 
 from earlylog.runtime import records
-from support import PYTHON, clean_env, free_port, kill_pid, log_files, report_json, run_python, script
+from support import PYTHON, clean_env, free_port, kill_pid, log_files, read, report_json, run_python, script
 
 HANG = """
     import threading
@@ -274,6 +274,51 @@ def test_torchrun_restarts_a_rank_earlylog_ended(tmp_path, logdir):
     subprocess.run([PYTHON, "-m", "earlylog", "report", "--html", str(page), str(logdir)], env=clean_env(),
                    capture_output=True, timeout=60)
     assert "earlylog ended it with exit status 124" in page.read_text()
+
+
+# Issue 37: the ranks of a usual job (env:// rendezvous, torchrun's own store): rank 1 is stuck on a
+# lock it holds in the first attempt only, rank 0 waits for it in an all_reduce.
+LOCKED_JOB = """
+    import os, threading
+    import torch, torch.distributed as dist
+
+    attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+    dist.init_process_group("gloo")
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    lock = threading.Lock()
+    if dist.get_rank() == 1 and attempt == "0":
+        lock.acquire()
+        with lock:
+            pass
+    dist.all_reduce(t)
+    print("attempt %s rank %d sum %d" % (attempt, dist.get_rank(), int(t.item())), flush=True)
+    dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_a_stuck_rank_alone_is_ended_and_the_job_completes_on_its_restart(tmp_path, logdir):
+    """Only the stuck rank is ended: rank 0, waiting for it in a collective, is left to torchrun, which
+    stops it and starts the group again; the next attempt connects (earlylog took the ended attempt's
+    addresses out of torchrun's store: PyTorch's restart race, docs/acting.md)."""
+    pytest.importorskip("torch")
+    command = [PYTHON, "-m", "torch.distributed.run", "--nproc-per-node=2", "--max-restarts=1",
+               "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+               script(tmp_path, LOCKED_JOB, name="job.py")]
+    proc = subprocess.run(command, env=clean_env(EARLYLOG=1, EARLYLOG_DIR=logdir, EARLYLOG_STALL=2,
+                                                 EARLYLOG_STALL_EXIT=6),
+                          capture_output=True, timeout=150, cwd=str(tmp_path), text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(re.findall(r"attempt 1 rank \d sum 4", proc.stdout)) == ["attempt 1 rank 0 sum 4",
+                                                                         "attempt 1 rank 1 sum 4"]
+    texts = {os.path.basename(f): read(f) for f in log_files(logdir)}
+    ended = [name for name, text in texts.items() if "ended by earlylog: stuck for" in text]
+    assert len(ended) == 1 and "-rank1" in ended[0], sorted(texts)
+    waited = [text for name, text in texts.items() if "-rank0" in name and "not acting on this stall: waiting in a "
+              "collective for rank 1" in text]
+    assert waited, "rank 0 was left to torchrun"
+    assert "process-group address keys of this attempt out of torchrun's store" in texts[ended[0]]
 
 
 @pytest.mark.slow

@@ -19,7 +19,8 @@ BIN = os.path.dirname(PYTHON)
 # One training job, its hang picked by JOB: uneven (rank 1 has one batch fewer and leaves its loop
 # for the final barrier), branch (rank 0 alone calls a broadcast), straggler (rank 1 takes a lock
 # it holds, outside any collective), p2p (both ranks end in recv from each other), slow (rank 1 takes
-# SLOW seconds to read each batch), healthy. A monitor thread prints the whole time.
+# SLOW seconds to read each batch), healthy (both exchange a send and a recv each step too, the
+# healthy look-alike of p2p). A monitor thread prints the whole time.
 JOB = """
     import os, sys, threading, time
     import torch, torch.distributed as dist
@@ -63,6 +64,12 @@ JOB = """
                 with lock:
                     pass
             train_step(model, opt, next_batch(rank, batch))
+            if MODE in ("healthy", "slow"):  # a point-to-point exchange each step, as pipeline stages do
+                t = torch.zeros(2)
+                if rank == 0:
+                    dist.send(t, 1); dist.recv(t, 1)
+                else:
+                    dist.recv(t, 0); dist.send(t, 0)
             if MODE == "branch" and step == 3 and rank == 0:
                 dist.broadcast(torch.zeros(2), src=0)
             print("rank", rank, "step", step, flush=True)

@@ -10,7 +10,7 @@ import sys
 import time
 
 from earlylog.grammar import stalls
-from earlylog.read import logread, verdict
+from earlylog.read import logread, rank_causes, verdict
 from earlylog.read.causes import label
 from earlylog.read.frames import where
 
@@ -18,8 +18,12 @@ from earlylog.read.frames import where
 _TERMINAL = ("/dev/pts/", "/dev/tty", "a terminal")
 
 
-def why_not(d):
+def why_not(d, report=None):
     """Why a stall is not one to act on, or None when the process is stuck."""
+    straggler = _straggler(d, report) if report is not None else None
+    if straggler is not None:
+        return "waiting in a collective for rank %d, which is stuck outside any (the one to end; its own " \
+               "watchdog judges it, and the launcher's restart ends this rank with it)" % straggler
     if d.idle:
         return "idle: %s" % d.idle
     if d.state == "busy" or (d.state == "stalled" and not verdict.stuck(d)):
@@ -37,16 +41,35 @@ def why_not(d):
 
 def judgement(path, pid, now=None):
     """One dict: `stuck`, and what an alert or an exit line says about the stall."""
-    report = verdict.judged(logread.read_one(path), now=time.time() if now is None else now)
+    now = time.time() if now is None else now
+    report = verdict.judged(logread.read_one(path), now=now)
     mine = [d for d in report.processes if d.pid == pid]
     if not mine:
         return {"stuck": False, "why": "no record of pid %d in %s" % (pid, path)}
+    if rank_causes.waiting(mine[-1]) is not None:
+        # A rank waiting in a collective waits for its peers: the run's other logs say whether one of
+        # them is the straggler, the one to end (its own watchdog does), or all wait (ranks in
+        # different collectives: ending them lets the launcher restart the job).
+        whole = verdict.judged(logread.read(os.path.dirname(path) or "."), now=now)
+        found = [d for d in whole.processes if d.pid == pid and d.host == mine[-1].host]
+        if found:
+            report, mine = whole, found
     return about(mine[-1], report, path)
+
+
+def _straggler(d, report):
+    """The rank of d's job and attempt that stands outside any collective while d waits in one, stuck
+    or computing (the one its peers wait for), else None."""
+    if rank_causes.waiting(d) is None:
+        return None
+    ranks = rank_causes.ranks([o for o in report.processes if o.job == d.job and o.restart == d.restart])
+    return next((r for r, o in sorted(ranks.items()) if o is not d and o.state in ("stalled", "busy")
+                 and rank_causes.waiting(o) is None), None)
 
 
 def about(d, report, path):
     """The judgement of one process of a judged report, as judgement() returns it."""
-    why = why_not(d)
+    why = why_not(d, report)
     cause = next((c for c in report.causes if d.pid in c.pids), None)
     main = d.stall.main if d.stall else None
     frame = d.where

@@ -60,7 +60,7 @@ class Watcher:
             if self.tty or self.shown.get(key) != state:
                 out.append(text)
                 self.shown[key] = state
-            if self.command and d.state == "stalled" and judge.why_not(d) is None:
+            if self.command and d.state == "stalled" and judge.why_not(d, result) is None:
                 self._alert(d, result)
         new = [c for c in result.causes if c.text not in self.causes]
         self.causes.update(c.text for c in new)

@@ -15,6 +15,7 @@ from earlylog.read import frames, greenlets, idle
 from earlylog.read.causes import Cause, first_line, label, rank as rank_of, secs
 from earlylog.read.model import Frame
 from earlylog.runtime import notes  # the grammar of the runtime's notes under a thread in a dump
+from earlylog.runtime.config import DEFAULT_STALL  # the watchdog's threshold when its note is missing
 _MODULE = re.compile(r"/(?:site|dist)-packages/(.+)\.py$|/lib/python\d[\d.]*/(.+)\.py$")
 _LOCKS = ("lock", "semaphore")
 _POOL_WORKER = re.compile(r"^(.+)_\d+$")  # ThreadPoolExecutor's thread names: `PREFIX_N`
@@ -24,7 +25,6 @@ OVERFLOW = 50        # a stack whose innermost frame repeats this often is a sta
 MOMENT = 2.0         # seconds: the least time between a process's last line and its next one
 FOLLOW = 120.0       # seconds: a failure this soon after a peer's may follow from it
 APART = 0.1          # seconds: failures closer than this ended together, neither first
-DEFAULT_STALL = 30.0  # the watchdog's threshold when its note is missing
 
 
 def _where(t):

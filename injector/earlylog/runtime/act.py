@@ -34,6 +34,39 @@ def live_pids():
     return set(_live)
 
 
+# The keys torch.distributed's process groups leave in the job's store for their peers to connect to
+# (`default_pg/0//cpu//0/1`: group, device, context, rank).
+_ADDRESS_KEY = r"^[^/]+/\d+//\w+//\d+/\d+$"
+
+
+def _clear_rendezvous():
+    """Before a rank ends for its launcher to restart the job: take this attempt's process-group
+    addresses out of torchrun's store, and say so (a note's words), else ''.
+
+    PyTorch's restart race (torch 2.x, static and c10d rendezvous alike): the agent keeps one
+    TCPStore across restarts (static_tcp_rendezvous.py creates it once; the c10d handler shares its
+    own), and rendezvous.py's _create_c10d_store adds no per-attempt prefix ("We create a new
+    TCPStore for every retry"), so the next attempt's ranks may read the addresses of this attempt's
+    dead ranks before their successors write theirs, and fail in gloo's connectFullMesh ("Connection
+    refused"). The attempt is over once a rank of it ends: its addresses are stale for everyone."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or "torch.distributed" not in sys.modules:
+        return ""
+    try:
+        import re
+        from datetime import timedelta
+        distributed = sys.modules["torch.distributed"]
+        store = distributed.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                                     timeout=timedelta(seconds=2))
+        keys = [k for k in store.list_keys() if re.match(_ADDRESS_KEY, k)]
+        for key in keys:
+            store.delete_key(key)
+        return "took %d process-group address key%s of this attempt out of torchrun's store, so that the next " \
+               "attempt's ranks cannot connect to this one's (PyTorch's restart race)" % (
+                   len(keys), "" if len(keys) == 1 else "s") if keys else ""
+    except Exception as exc:  # an older torch (no list_keys), a store gone: the ending goes on
+        return "could not clear this attempt's rendezvous keys from torchrun's store (%r)" % (exc,)
+
+
 def child_env():
     """This process's environment without earlylog's switches: our children must not log."""
     return {k: v for k, v in os.environ.items() if not k.startswith("EARLYLOG")}
@@ -259,6 +292,9 @@ class Act:
                                       "exit status %d, so its launcher sees a failed worker" % (
                                           self.exit_after, stuck_for, where, "; " + cause if cause else "",
                                           EXIT_STATUS))
+        cleared = _clear_rendezvous()
+        if cleared:
+            self._note(cleared)
         self.logger.event("exit", records.exit_line(EXIT_STATUS, time.time() - self.logger.started,
                                                     records.ended_by_us(stuck_for, where, self.exit_after)),
                           console=False)

@@ -296,7 +296,11 @@ def _counting(original, call, parameter, count):
             count(call, peer if peer is not None else kwargs.get("group_" + parameter))
         except Exception:  # never into the program's call
             pass
-        return original(*args, **kwargs)
+        try:
+            return original(*args, **kwargs)
+        except BaseException as exc:
+            stdio.hide_frame(exc)  # a failed send's traceback reads as without earlylog
+            raise
 
     counted._earlylog_mark = True
     return counted
@@ -339,6 +343,41 @@ def _compile_frame(original, args, kwargs):
 
 def _pretrained(original, args, kwargs):
     return "%s %s" % (args[0].__name__, _arg(original, args, kwargs, "pretrained_model_name_or_path", ""))
+
+
+def _worker_batches(module):
+    """Each batch a DataLoader worker process fetched is its heartbeat: a worker that reads slowly but
+    keeps delivering is making progress, however long one sample takes (runtime/progress.py). In the
+    main process (num_workers=0) the loader's own batches beat already: a fetch there is left alone."""
+    for name in ("_MapDatasetFetcher", "_IterableDatasetFetcher"):
+        owner = getattr(module, name, None)
+        original = vars(owner).get("fetch") if owner is not None else None
+        if original is None or getattr(original, "_earlylog_mark", False):
+            continue
+        setattr(owner, "fetch", _fetching(original))
+
+
+def _fetching(original):
+    import functools
+
+    @functools.wraps(original)
+    def fetch(self, possibly_batched_index):
+        try:
+            result = original(self, possibly_batched_index)
+        except BaseException as exc:
+            stdio.hide_frame(exc)  # the worker's traceback, which torch sends on, reads as without earlylog
+            raise
+        try:
+            # torch's worker module sets its _worker_info in a worker process only (imported after fetch).
+            worker = sys.modules.get("torch.utils.data._utils.worker")
+            if worker is not None and worker._worker_info is not None:
+                progress.beat("batch")
+        except Exception:  # never into the program's batch
+            pass
+        return result
+
+    fetch._earlylog_mark = True
+    return fetch
 
 
 # --- the training heartbeat: runtime/progress.py judges a run by its steps -----------------------
@@ -386,6 +425,7 @@ TABLE = {
     ),
     "torch.optim.optimizer": (_optimizer_steps,),
     "torch.utils.data._utils.worker": (_mark("_worker_loop", "DataLoader worker", _worker_loop),),
+    "torch.utils.data._utils.fetch": (_worker_batches,),
     # torch's SIGCHLD handler: where a worker killed by a signal (the OOM killer) is noticed.
     "torch.utils.data._utils.signal_handling": (
         _mark("_error_if_any_worker_fails", "DataLoader workers", lines="errors"),),

@@ -16,7 +16,7 @@ import sys
 import time
 from _thread import get_ident
 
-from earlylog.runtime import threads as our_threads
+from earlylog.runtime import state, threads as our_threads
 
 GAPS = 16           # recent heartbeat intervals kept per kind
 MIN_BEATS = 3       # heartbeats before the heartbeat is judged: the first steps compile and warm up
@@ -39,8 +39,12 @@ _resting = [False]  # a DataLoader ran out (an epoch's end) and no beat came sin
 
 
 def beat(kind):
-    """One training step or batch happened now. Cheap: a step may take a few ms."""
+    """One training step or batch happened now: a sign of life, as a printed line is (a training
+    loop that prints nothing but steps is not silent). Cheap: a step may take a few ms."""
     now = time.monotonic()
+    logger = state.logger
+    if logger is not None:
+        logger.last_activity = now
     b = _beats.get(kind)
     if b is None:
         b = _beats[kind] = _Beats()

@@ -160,7 +160,11 @@ class Watchdog:
                 if self.episode is not None and silent_since != self.episode:
                     self._quiet("stall", stalls.over(silent_since - self.episode, silence=True))
                     self.episode, self.next_at = None, self.stall
-                if now - silent_since >= self.next_at:
+                # A silence since the last training step or batch (a beat is a sign of life) is judged
+                # by the steps' own pace once they are judged: a worker that reads slowly but keeps
+                # delivering is slow, not stuck (runtime/progress.py).
+                pace = self.checks[0].heartbeat(now, self.stall) if now - silent_since >= self.next_at else None
+                if now - silent_since >= self.next_at and (pace is None or pace[0] >= pace[2]):
                     self.episode = silent_since
                     self.stall_dump(now - silent_since, moved)
                     self.next_at += min(self.next_at, stalls.GROWTH_CAP)
