@@ -240,6 +240,9 @@ def _ddp_rank(rank, port, calls, steps, result):
     t = torch.ones(16)
     for _ in range(20):  # connections made, buffers warm
         dist.all_reduce(t)
+    # A training step's cost, not start-up's: earlylog's probes (0.1 s in) and the first watchdog
+    # beat use a core for a moment, which two ranks on two cores feel as a slower ping-pong.
+    time.sleep(3)
     dist.barrier()
     began = time.perf_counter()
     for _ in range(calls):
@@ -266,9 +269,13 @@ def _ddp_rank(rank, port, calls, steps, result):
         model(x).sum().backward()
         optimizer.step()
     step = (time.perf_counter() - began) / steps
-    dist.destroy_process_group()
+    dist.barrier()
     if rank == 0:
         _result(result, {"all_reduce": reduce, "p2p": p2p, "step": step})
+    # Not destroy_process_group(): gloo's teardown aborts a rank now and then ("terminate called
+    # without an active exception", with earlylog or without), which would cost the bench its row.
+    sys.stdout.flush()
+    os._exit(0)
 
 
 def ddp(result, port, calls, steps):
@@ -293,7 +300,7 @@ def p2p_wrap(result, calls, blocks):
     def original(tensor, dst=None, group=None, tag=0, group_dst=None):
         return None
 
-    wrapped = marks._counting(original, "send", "dst", collectives.counted)
+    wrapped = marks._counting(original, "send", "dst", collectives.P2P_COUNTS)
     calls, timed = int(calls), {"earlylog": [], "raw": []}
     for _ in range(int(blocks)):
         began = time.perf_counter()

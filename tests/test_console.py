@@ -67,13 +67,15 @@ def test_a_healthy_dataloader_training_leaves_one_console_line(tmp_path, logdir,
 
 def test_a_healthy_torchrun_job_leaves_one_console_line(tmp_path, logdir):
     job = script(tmp_path, """
-        import time, torch, torch.distributed as dist
+        import sys, time, torch, torch.distributed as dist
         dist.init_process_group("gloo")
         for step in range(30):
             t = torch.ones(4)
             dist.all_reduce(t)
             time.sleep(0.1)
-        print("rank", dist.get_rank(), "sum", int(t[0]), flush=True)
+        # One write: torchrun runs its ranks with -u, where print() writes each piece on its own
+        # and two ranks' lines interleave word by word, with earlylog or without.
+        sys.stdout.write("rank %d sum %d\\n" % (dist.get_rank(), int(t[0])))
         dist.destroy_process_group()
         """, "job.py")
     res = subprocess.run([os.path.join(os.path.dirname(PYTHON), "torchrun"), "--nproc-per-node", "2",
@@ -86,6 +88,25 @@ def test_a_healthy_torchrun_job_leaves_one_console_line(tmp_path, logdir):
     assert sorted(re.findall(rb"rank \d sum 2", res.stdout)) == [b"rank 0 sum 2", b"rank 1 sum 2"]
     launcher = read(next(f for f in log_files(logdir) if "-torchrun" in f))
     assert " stall: silent for 1 s; waiting for children " in launcher  # told in its log, not on the console
+
+
+def test_a_silent_sleep_loop_is_waiting_at_every_stall_never_blocked(tmp_path, logdir):
+    """A thread in a 0.2 s sleep loop runs five times a second. A stall's deadline woke the watchdog a
+    few milliseconds after its last beat, and a thread compared over those milliseconds had not run:
+    'blocked', on the console, at 2 of the 4 stalls of every run of this program (a healthy rank
+    between two all_reduce calls, relayed by torchrun as stuck)."""
+    program = script(tmp_path, """
+        import time
+        end = time.time() + 9
+        while time.time() < end:
+            time.sleep(0.2)
+        """, "loop.py")
+    res = subprocess.run([PYTHON, program], capture_output=True, timeout=TIMEOUT,
+                         env=clean_env(EARLYLOG=1, EARLYLOG_DIR=logdir, EARLYLOG_STALL=1))
+    assert res.returncode == 0
+    told = re.findall(r" stall: silent for (\d+) s; (\w+)", read(log_files(logdir)[0]))
+    assert told == [("1", "waiting"), ("2", "waiting"), ("4", "waiting"), ("8", "waiting")], told
+    assert len(_ours(res.stderr)) == 1, _ours(res.stderr)
 
 
 @pytest.mark.parametrize("job, seen", [

@@ -12,6 +12,7 @@ import pytest
 
 from support import (PYTHON, TIMEOUT, clean_env, earlylog, free_port, log_files, read, report_json, script,
                      wait_for)
+from test_causes_threads import only
 
 pytest.importorskip("torch")
 BIN = os.path.dirname(PYTHON)
@@ -156,12 +157,6 @@ def _live_report(tmp_path, logdir, launcher, mode, ready, **env):
         _stop(proc)
 
 
-def _cause(rep, kind):
-    found = [c for c in rep["causes"] if c["kind"] == kind]
-    assert len(found) == 1, rep["verdict"]
-    return found[0]
-
-
 def _launcher_process(rep):
     return [p for p in rep["processes"] if p["tag"] in ("torchrun", "accelerate", "train")]
 
@@ -173,7 +168,7 @@ def test_uneven_batches_name_each_ranks_collective_and_the_cause_not_a_fork_lock
     ranks the report used to blame a lock copied by fork; under torchrun, it called rank 0 the one
     to look at. Neither launcher is stalled: it supervises its ranks."""
     rep, text = _live_report(tmp_path, logdir, launcher, "uneven", lambda d: _ranks_told(d, ["collective: "]))
-    cause = _cause(rep, "ranks-differ")
+    cause = only(rep, "ranks-differ")
     ordinal = re.search(r"rank 0 is in all_reduce #(\d+) on group 0 \(DDP's gradient all_reduce, issued from C\+\+ "
                         r"during backward\) in train_step at train.py:\d+, in its step 6", cause["text"])
     assert ordinal, cause["text"]
@@ -192,7 +187,7 @@ def test_uneven_batches_name_each_ranks_collective_and_the_cause_not_a_fork_lock
 def test_a_collective_under_a_rank_condition(tmp_path, logdir):
     """Rank 0 alone calls a broadcast after step 4; rank 1 goes on to DDP's all_reduce of step 5."""
     rep, _text = _live_report(tmp_path, logdir, "fork", "branch", lambda d: _ranks_told(d, ["collective: "]))
-    cause = _cause(rep, "ranks-differ")
+    cause = only(rep, "ranks-differ")
     m = re.search(r"rank 0 is in broadcast #(\d+) on group 0 in main at train.py:\d+, after 4 training steps",
                   cause["text"])
     assert m, cause["text"]
@@ -208,14 +203,14 @@ def test_a_straggler_outside_any_collective_is_named_with_its_own_cause(tmp_path
     verdict = " ".join(rep["verdict"])
     assert re.search(r"rank 1 is the straggler: it is in main at train.py:\d+, outside any collective \(waiting on a "
                      r"lock, condition or event\); rank 0 waits in all_reduce #\d+ on group 0 for it", verdict), verdict
-    lock = _cause(rep, "lock")
+    lock = only(rep, "lock")
     assert lock["text"].startswith("rank 1: thread MainThread waits for lock `lock`") and "already holds" in lock["text"]
     assert not [c for c in rep["causes"] if c["kind"] in ("ranks-differ", "collective-stuck", "fork-lock")]
 
 
 def test_both_ranks_in_recv_say_whose_send_is_missing(tmp_path, logdir):
     rep, _text = _live_report(tmp_path, logdir, "fork", "p2p", lambda d: _ranks_told(d, ["collective: recv"]))
-    cause = _cause(rep, "p2p-unmatched")
+    cause = only(rep, "p2p-unmatched")
     assert "ranks 0 and 1 both wait in recv from each other" in cause["text"]
     assert "rank 0's recv #1 from rank 1 has no send to match: rank 1 sent 0 to it" in cause["text"]
     assert "rank 1's recv #3 from rank 0 has no send to match: rank 0 sent 2 to it" in cause["text"]
@@ -278,4 +273,4 @@ def test_lightning_rank_zero_started_its_peer_and_is_a_rank_not_its_parent(tmp_p
                      r"\(waiting on a lock, condition or event\); rank 0 waits in \w+ #\d+ on group 0 for it", verdict), \
         verdict
     assert "for child" not in verdict and rep["verdict"][0] == "2 of 2 processes in trouble: 2 stuck", verdict
-    assert _cause(rep, "lock")["text"].startswith("rank 1 (pid ")
+    assert only(rep, "lock")["text"].startswith("rank 1 (pid ")

@@ -11,8 +11,10 @@ writer per shape and one parser that types it (tests/test_notes.py round-trips e
   gil       the GIL was held for S s: ...
   over      over: activity again after S s of silence | over: progress again after S s
 
-It owns the words and which stalls reach the console (console()). It must never look at a
-process or a file, and stays cheap to import: the runtime loads it at its first stall only."""
+It owns the words and which stalls reach the console (console_silent, console_noisy). It must
+never look at a process or a file, and stays cheap to import: the runtime loads it at its first
+stall only."""
+from earlylog.grammar.patterns import Patterns
 
 # The states of a silent process, by the first words of their sentence.
 BUSY, IDLE, BLOCKED, MOVING, TERMINAL, CHILDREN, COLLECTIVE = (
@@ -40,15 +42,7 @@ _REGEXES = {
     "peers": r"\bwaiting in (.+?) for (?:peer ranks|rank \S+)",
     "gil": r"^the GIL was held for (\d+) s",
 }
-_COMPILED = {}
-
-
-def _re(name):
-    pattern = _COMPILED.get(name)
-    if pattern is None:
-        import re
-        pattern = _COMPILED[name] = re.compile(_REGEXES[name])
-    return pattern
+_re = Patterns(_REGEXES)
 
 
 def busy(share):

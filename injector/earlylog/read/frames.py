@@ -7,17 +7,18 @@ import os
 import re
 
 from earlylog.read.model import Frame, as_frames
+from earlylog.grammar import places
 from earlylog.runtime import notes
 
-_LIBRARY = re.compile(r"/(?:site|dist)-packages/|/lib/python\d|^<frozen")
 _WRAPPERS = ("wrapper", "inner", "marked", "decorate_context", "_fn", "__call__")
 _CELL = re.compile(r"^<cell (In\[\d+\])>$")  # a notebook cell's frame, as cells() names it
 
 
 def library(path):
-    """True for the standard library and installed packages: not the user's code. (earlylog's own
-    frames never get here: the reader drops them, knowing them by location.)"""
-    return bool(_LIBRARY.search(path))
+    """True for the standard library and installed packages: not the user's code (grammar/places.py,
+    the runtime's rule too). earlylog's own frames never get here: the reader drops them, knowing
+    them by location."""
+    return places.library(path)
 
 
 def user_frame(frames):

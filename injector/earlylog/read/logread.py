@@ -9,7 +9,7 @@ from earlylog import __version__
 from earlylog.read import files as folder_files
 from earlylog.read.frames import call_name, cells, user_frame
 from earlylog.read.model import Crash, Exit, Frame, GilHeld, Record, Retry, Stall, to_json
-from earlylog.grammar import stalls
+from earlylog.grammar import bound, stalls
 from earlylog.runtime import notes, records
 
 # `File "path", line N[,] in function`: faulthandler's raw crash output and Python tracebacks (a
@@ -515,8 +515,8 @@ def _event(folder, p, kind, when, text):
         p.title = text[len(_TITLE):].strip() or None
     elif kind == "note" and text.startswith("watchdog: "):  # fault.py's note at start: its EARLYLOG_STALL
         p.stall_after = records.parse_stacks_after(text)
-    elif kind == "note" and text.startswith(records.LEFT_OUT):
-        found = records.parse_left_out(text)
+    elif kind == "note" and text.startswith(bound.LEFT_OUT):
+        found = bound.parse_left_out(text)
         if found:
             p.left_out = [(p.left_out or [0, 0.0])[0] + found[0], round((p.left_out or [0, 0.0])[1] + found[1], 1)]
     elif kind == "earlylog" and text.startswith(_UNRECORDED):

@@ -14,8 +14,7 @@ import time
 from earlylog.read import frames, greenlets, idle
 from earlylog.read.causes import Cause, first_line, label, rank as rank_of, secs
 from earlylog.read.model import Frame
-from earlylog.runtime import notes  # the grammar of the runtime's notes under a thread in a dump
-from earlylog.runtime.config import DEFAULT_STALL  # the watchdog's threshold when its note is missing
+from earlylog.runtime import notes, records  # the grammar of the runtime's notes and lines
 _MODULE = re.compile(r"/(?:site|dist)-packages/(.+)\.py$|/lib/python\d[\d.]*/(.+)\.py$")
 _LOCKS = ("lock", "semaphore")
 _POOL_WORKER = re.compile(r"^(.+)_\d+$")  # ThreadPoolExecutor's thread names: `PREFIX_N`
@@ -680,7 +679,7 @@ def _run_stopped(report, folder):
         p = folder.procs.get((d.host, d.pid))
         if d.state not in ("vanished", "killed") or p is None or d.last_seen is None:
             continue
-        late = p.stall_after or DEFAULT_STALL
+        late = p.stall_after or records.DEFAULT_STALL
         if d.stall and d.stall.since is not None:
             late = max(late, d.last_seen - d.stall.since)
         ended.append((d.last_seen, d.last_seen + max(late, MOMENT), d))

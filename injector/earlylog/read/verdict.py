@@ -15,7 +15,6 @@ from earlylog.read.frames import (awaited_words, call_name, in_event_loop, libra
                                   task_chains, user_frame, where)
 from earlylog.read.model import Memory, PeerWaits, Process, Raised, Report, Retrying, StallRecord, WaitedBy
 from earlylog.runtime import notes, records
-from earlylog.runtime.config import DEFAULT_STALL
 
 SCHEMA = 1
 TROUBLE = ("stalled", "crashed", "killed", "vanished", "failed")
@@ -508,7 +507,7 @@ def _retrying(d, p):
     dumped_since = p.stall is not None and p.stall.time is not None and newest is not None and \
         newest.time is not None and p.stall.time > newest.time  # a later dump shows no retry: over
     if found is None and newest is not None and newest.time is not None and p.last is not None and \
-            not dumped_since and newest.time >= p.last - max(60.0, 2 * (p.stall_after or DEFAULT_STALL)):
+            not dumped_since and newest.time >= p.last - max(60.0, 2 * (p.stall_after or records.DEFAULT_STALL)):
         found = Retrying(thread=thread, **newest._asdict())
     if found is None or p.exit.status is not None or p.crash is not None:
         return

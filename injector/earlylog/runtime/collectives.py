@@ -32,18 +32,14 @@ _CALLS = frozenset((
     "gather_object", "broadcast_object_list", "scatter_object_list", "send_object_list", "recv_object_list",
     "send", "recv", "isend", "irecv", "batch_isend_irecv", "wait"))
 P2P = ("send", "recv")
-_p2p = {}       # (call, peer rank or None for any source) -> calls so far, counted by marks.py's wrap
+# (call, peer rank or None for any source) -> calls so far, counted by marks.py's wrap of isend and
+# irecv, which writes it inline (the dict is the interface: the wrap runs in the program's call).
+P2P_COUNTS = {}
 _read = [0.0, None]  # when the recorder was last read, and what it said
 
 
-def counted(call, peer):
-    """One send or recv to or from peer started now (runtime/marks.py's wrap): a dict write."""
-    key = (call, peer)
-    _p2p[key] = _p2p.get(key, 0) + 1
-
-
 def _reset_after_fork():
-    _p2p.clear()
+    P2P_COUNTS.clear()
     _read[:] = [0.0, None]
 
 
@@ -197,11 +193,11 @@ def _p2p_counts(call):
     wrap counted, else Nones: `recv #3 from rank 0` after rank 0's 2 sends were received."""
     if call not in P2P:
         return None, None, None
-    mine = [peer for (c, peer) in _p2p if c == call]
+    mine = [peer for (c, peer) in P2P_COUNTS if c == call]
     if len(mine) != 1 or mine[0] is None:
         return None, None, None  # several peers, or any source: the stack's own line says which
     peer = mine[0]
-    return str(peer), _p2p.get((call, peer), 0), _p2p.get(("recv" if call == "send" else "send", peer), 0)
+    return str(peer), P2P_COUNTS.get((call, peer), 0), P2P_COUNTS.get(("recv" if call == "send" else "send", peer), 0)
 
 
 def _ranks(ranks):

@@ -3,8 +3,8 @@ Bad values never raise: each becomes a plain sentence in `Config.problems` and t
 import os
 
 from earlylog import OFF_WORDS
+from earlylog.runtime.records import DEFAULT_STALL
 
-DEFAULT_STALL = 30.0
 MAX_SECONDS = 1e6  # about 11 days; more overflows the watchdog's timers
 TRUE_WORDS = ("1", "true", "on", "yes")
 MIB = 1 << 20

@@ -142,32 +142,41 @@ def _quitter_call(self, code=None):
         raise
 
 
-class _Caught:
-    """Rides on the SystemExit an exit call raised, to tell whether that exit happened: the program
-    that catches it (pytest.raises(SystemExit), a CLI's own tests) frees it while its own code runs
-    (a Python frame calls this __del__), and goes on; one that ends the process is freed by the
-    interpreter itself, with no Python frame left. A caught exit's status is not the one the shell
-    sees: the record forgets it. Pickled, it is nothing (an exception sent to another process)."""
-    __slots__ = ("status",)
+def _caught_class():
+    """_Caught, made at the first exit call (a class costs start-up what no short program uses)."""
+    global _Caught
 
-    def __init__(self, status):
-        self.status = status
+    class _Caught:
+        """Rides on the SystemExit an exit call raised, to tell whether that exit happened: the
+        program that catches it (pytest.raises(SystemExit), a CLI's own tests) frees it while its own
+        code runs (a Python frame calls this __del__), and goes on; one that ends the process is
+        freed by the interpreter itself, with no Python frame left. A caught exit's status is not the
+        one the shell sees: the record forgets it. Pickled, it is nothing (an exception sent to
+        another process)."""
+        __slots__ = ("status",)
 
-    def __reduce__(self):
-        return tuple, ()
+        def __init__(self, status):
+            self.status = status
 
-    def __del__(self):
-        global _status
-        try:
-            if _status is self.status and sys._getframe(1) is not None:
-                _status = None
-        except BaseException:  # no frame above: the interpreter freed it as the process ends
-            pass
+        def __reduce__(self):
+            return tuple, ()
+
+        def __del__(self):
+            global _status
+            try:
+                if _status is self.status and sys._getframe(1) is not None:
+                    _status = None
+            except BaseException:  # no frame above: the interpreter freed it as the process ends
+                pass
+    return _Caught
+
+
+_Caught = None
 
 
 def _caught_or_not(exc):
     try:
-        exc.__dict__["_earlylog_exit"] = _Caught(_status)
+        exc.__dict__["_earlylog_exit"] = (_Caught or _caught_class())(_status)
     except BaseException:  # an exception without a __dict__: the record stays as it was
         pass
 

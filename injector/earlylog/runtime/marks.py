@@ -280,20 +280,24 @@ def _p2p_counts(module):
         original = getattr(c10d, name, None)
         if original is None or getattr(original, "_earlylog_mark", False):
             continue
-        counted = _counting(original, call, peer, collectives.counted)
+        counted = _counting(original, call, peer, collectives.P2P_COUNTS)
         for owner in (c10d, module):
             if getattr(owner, name, None) is original:
                 setattr(owner, name, counted)
 
 
-def _counting(original, call, parameter, count):
+def _counting(original, call, parameter, counts):
+    """original, counting each call in counts[(call, peer)] first: a dict write, inline (a call per
+    point-to-point call is what this costs, ~0.3 us beside a gloo send's tens: docs/performance.md)."""
     import functools
+    group_parameter = "group_" + parameter
 
     @functools.wraps(original)
     def counted(*args, **kwargs):
         try:
             peer = args[1] if len(args) > 1 else kwargs.get(parameter)
-            count(call, peer if peer is not None else kwargs.get("group_" + parameter))
+            key = (call, peer if peer is not None else kwargs.get(group_parameter))
+            counts[key] = counts.get(key, 0) + 1
         except Exception:  # never into the program's call
             pass
         try:

@@ -47,6 +47,8 @@ The kinds, their lines, and who writes them:
   A socket's CALL: connecting, receiving, sending, waiting (in poll); STATE as /proc/net/tcp names it;
   an asyncio task's client read ends `; awaited in FUNC at FILE:LINE`. A child's REST: see child()."""
 
+from earlylog.grammar.patterns import Patterns
+
 INDENT = "  "
 SERVER_READ = "a request on a connection its server accepted"  # what an idle server's handler awaits
 
@@ -668,17 +670,9 @@ _PATTERNS = {
     "in kernel": r"(\d+)% of its time in the kernel",
     "unread": r"(\d+) bytes received unread, (\d+) unsent",
 }
-_compiled = {}
+_re = Patterns(_PATTERNS)
 _parsed = {}  # note text -> its value: a dump of 40 threads is read by several causes
 MAX_PARSED = 4096
-
-
-def _re(name):
-    found = _compiled.get(name)
-    if found is None:
-        import re
-        found = _compiled[name] = re.compile(_PATTERNS[name])
-    return found
 
 
 def _int(text):

@@ -20,30 +20,9 @@ FILE_ONLY = frozenset(("phase", "fork", "note", "mem", "probe", "dump", "exec", 
 STILL_WAITING = "waiting "  # a phase's reminder (phases.py): `waiting barrier: still waiting for peers ...`
 
 
-# The bounded log (EARLYLOG_MAX_LOG, sinks.Logger): past three quarters of the bound the program's
-# output copy keeps its last lines only, written with this note before an exit, an exception or a
-# stall; earlylog's own records are always written.
-LEFT_OUT = "output left out: "
+# The bounded log (EARLYLOG_MAX_LOG, sinks.Logger): the kept last part of the program's output is
+# written (grammar/bound.py's note first) before one of these records.
 KEEPS_TAIL = ("exit", "exception", "stall", "signal")
-
-
-def left_out(lines, size, since, bound, kept):
-    """The note written with the kept last lines: how much of the program's output was left out."""
-    return "%s%d line%s (%.1f MiB) of the program's output from %s on, past the log's bound " \
-           "(EARLYLOG_MAX_LOG=%g MiB); the %d line%s after them are kept" % (
-               LEFT_OUT, lines, "" if lines == 1 else "s", size / 1048576.0, clock(since), bound / 1048576.0,
-               kept, "" if kept == 1 else "s")
-
-
-def parse_left_out(text):
-    """(lines, MiB) of a left_out() note, else None."""
-    if not text.startswith(LEFT_OUT):
-        return None
-    words = text[len(LEFT_OUT):].split()
-    try:
-        return int(words[0]), float(words[2 if words[1] in ("line", "lines") else 1].strip("("))
-    except (IndexError, ValueError):
-        return None
 
 
 def needs_person(kind, text):
@@ -195,6 +174,9 @@ def parse_mem(text):
     rose since the line before) from mem_line()'s text."""
     oom, share = _re("oom").search(text), _re("share").search(text)
     return int(oom.group(1)) if oom else None, int(share.group(1)) if share else None, " (up from " in text
+
+
+DEFAULT_STALL = 30.0  # EARLYLOG_STALL's default (config.py), and the reader's for a log without the note below
 
 
 def stacks_after(stall):

@@ -413,8 +413,9 @@ class Logger:
         kept = sum(len(d) for d in tail)
         if self.size + kept > self.config.max_log:
             lines, size, tail = lines + len(tail), size + kept, []
-        note = self.formatter.lines(_now(), "note", records.left_out(lines, size, since, self.config.max_log,
-                                                                     len(tail)))
+        from earlylog.grammar import bound  # a log past its bound, once: not on the start path
+        note = self.formatter.lines(_now(), "note", bound.left_out(lines, size, since, self.config.max_log,
+                                                                   len(tail)))
         data = note.encode("utf-8", "backslashreplace") + b"".join(tail)
         self.size += len(data)
         self.write_file(data)

@@ -19,7 +19,7 @@ import time
 import weakref
 from _thread import get_ident
 
-from earlylog.grammar import stalls
+from earlylog.grammar import places, stalls
 from earlylog.runtime import kstate, records, threads as our_threads
 
 MAX_FRAMES = 40     # frames in a stack signature, as in a dump
@@ -37,7 +37,6 @@ except (AttributeError, ValueError, OSError):
 # (a pause of its own), `signal` (a service waiting for SIGTERM) or `accept` (a server's idle).
 PARTNER = ("futex", "read", "write", "poll", "connect", "wait", "waitid", "flock", "fcntl", "open")
 _OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # earlylog's own frames
-_LIBRARY = ("/site-packages/", "/dist-packages/", "<frozen")
 # Where a thread parks between pieces of work, and the frames that may be inside it: the waiting
 # (runtime/notes.py's WORK and PLUMBING, which the report judges idleness by), and here also a
 # server's accept() with a timeout, which polls. notes is loaded at the first judgement, not here:
@@ -275,7 +274,7 @@ def _signature(frame):
 
 
 def _library(path):
-    return path.startswith(_OWN) or any(word in path for word in _LIBRARY) or "/lib/python" in path
+    return path.startswith(_OWN) or places.library(path)
 
 
 def _is(path, suffix):

@@ -114,7 +114,11 @@ class Watchdog:
         self.title = None  # the process title last written in a note
         self.stall_dumps = 0  # stall dumps written, silent or per-thread (runtime/act.py reads it)
         self.checks = None  # (progress, retries, kstate), loaded at the first beat (_loop)
-        self.slices = None  # the program's threads' timeslices at the last beat (_timeslices)
+        # The program's threads' timeslices (_timeslices) as two samples (when, count), older and
+        # newer, a beat apart: whether a thread ran is judged against one at least a beat old, since
+        # a stall's deadline can wake the loop a few milliseconds after a beat, too soon for a
+        # thread in a 0.1 s sleep loop to have run again (a healthy rank read as blocked).
+        self.slices = (None, None)
         # The loop's own state, kept here so that the loop goes on where it was after a fork
         # (run() ends for it and starts again). The first look comes after a short wait, so the
         # thread takes no GIL time from start-up.
@@ -155,8 +159,7 @@ class Watchdog:
                 self.dump("on request (earlylog dump)")
             silent_since = self.logger.last_activity
             if self.stall:
-                slices = _timeslices(self.checks[2])
-                moved, self.slices = self.slices is not None and slices != self.slices, slices
+                moved = self._ran(now, _timeslices(self.checks[2]))
                 if self.episode is not None and silent_since != self.episode:
                     self._quiet("stall", stalls.over(silent_since - self.episode, silence=True))
                     self.episode, self.next_at = None, self.stall
@@ -186,6 +189,14 @@ class Watchdog:
                 if text:
                     self._quiet("mem", text)
                 self.next_mem = now + self.memory.every
+
+    def _ran(self, now, slices):
+        """Did a thread of the program run in the last one to two beats?"""
+        older, newer = self.slices
+        if newer is None or now - newer[0] >= 0.9 * self.beat:  # a beat's wake may come a little early
+            older, newer = newer, (now, slices)
+            self.slices = (older, newer)
+        return older is not None and slices != older[1]
 
     def _requested(self):
         """One system call a beat, no lock: taking the request away is the answer to it."""
@@ -237,7 +248,7 @@ class Watchdog:
 
     def _stall_lines(self, silence, shares, whole, busy, moved):
         """The stall line and the dump (they import as they go: run under threads.gated); moved: a
-        thread of the program ran since the last beat."""
+        thread of the program ran in the last one to two beats (_ran)."""
         from earlylog.runtime import phases
         phase = phases.describe(threads.main_ident()) or next(
             (phases.describe(tid) for tid in phases.current()), "")
