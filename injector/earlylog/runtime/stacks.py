@@ -9,7 +9,7 @@ import _collections
 import sys
 import time
 
-from earlylog.runtime import cells, collectives, greenlets, introspect, notes, peers, records, retries, signals, waits
+from earlylog.runtime import cells, greenlets, introspect, notes, peers, records, retries, signals, waits
 from earlylog.runtime import threads as our_threads
 
 MAX_FRAMES = 40
@@ -58,7 +58,7 @@ def lines(shares=None, skip_ident=None):
                      lambda: _terminal(tid, frame, ident == main) if tid else [],
                      lambda: [notes.phase(phases.describe(ident))] if phases.describe(ident) else [],
                      lambda: waits.notes(ident, frame, frames, threads),
-                     lambda: collectives.lines(ident, frame),
+                     lambda: _collective(ident, frame),
                      lambda: peers.lines(tid, ident, frame) if tid else [],
                      lambda: retries.lines(ident, frame),
                      lambda: cells.notes(frame),
@@ -74,6 +74,15 @@ def lines(shares=None, skip_ident=None):
         out.append("(%d more OS thread%s with no Python stack: faulthandler's timer, native libraries such as "
                    "OpenMP, CUDA, gloo)" % (native, "" if native == 1 else "s"))
     return out, len(frames) - (1 if skip_ident in frames else 0)
+
+
+def _collective(ident, frame):
+    """The `collective:` note (runtime/collectives.py), read only where torch.distributed is loaded:
+    any other process never loads that module (the watchdog's memory is a budget)."""
+    if "torch.distributed" not in sys.modules:
+        return []
+    from earlylog.runtime import collectives
+    return collectives.lines(ident, frame)
 
 
 def _state(kstate, tid, shares):

@@ -293,7 +293,7 @@ def _judge(ident, tid, frame):
     top level (a service), a wait for children that run earlylog (their own watchdogs judge them).
     For a wait on other children, the second item is (their pids, their CPU time): while it rises,
     they work. The third is True for a wait on peer ranks in a collective (runtime/collectives.py)."""
-    from earlylog.runtime import aio, children, collectives
+    from earlylog.runtime import aio, children
     call = kstate.syscall(tid)
     stack, users = _stack(frame)
     if call is not None and call[0] in PARTNER + ("sleep",) and users and aio.in_step(frame):
@@ -312,7 +312,7 @@ def _judge(ident, tid, frame):
     if _parked(stack, inner, main, users):
         return "", None, False
     user = stack[users[0]] if users else stack[0]
-    peers = collectives.words(ident, frame)
+    peers = _collective(ident, frame)
     if peers:
         return "%s at %s:%d in %s" % (peers, os.path.basename(user[0]), user[2], user[1]), None, True
     pids, logged, _printed = children.waited_children(tid, frame)
@@ -320,6 +320,14 @@ def _judge(ident, tid, frame):
         return "", None, False
     return "%s at %s:%d in %s" % (_waiting(frame, tid), os.path.basename(user[0]), user[2], user[1]), \
         [pids, _cpu(pids), False] if pids else None, False
+
+
+def _collective(ident, frame):
+    """collectives.words() where torch.distributed is loaded, as stacks._collective."""
+    if "torch.distributed" not in sys.modules:
+        return None
+    from earlylog.runtime import collectives
+    return collectives.words(ident, frame)
 
 
 def _stack(frame):
