@@ -314,24 +314,28 @@ def retry_rows(venvs, plan, work):
     return rows
 
 
-def pause_row(venvs, plan, work):
-    """The longest pause of a silent busy loop while its stall dumps are taken, EARLYLOG=1 against
-    unset: a busy process is not stuck, and nothing may stop it to look at it (native stacks are
-    asked for too, and must not be taken)."""
-    python, result = venvs.earlylog(), os.path.join(work, "pause-result")
-    logs = os.path.join(work, "pause-logs")
+def pause_row(venvs, plan, work, mode="busy"):
+    """The longest pause of a busy loop while stall dumps are taken, EARLYLOG=1 against unset: a
+    silent busy process is not stuck, and nothing may stop it to look at it (native stacks are
+    asked for too, and must not be taken); beside 8 stuck threads (mode `stuck-waiters`), each
+    dump also asks who can set what each waits on (runtime/reach.py), all in the watchdog thread."""
+    python, result = venvs.earlylog(), os.path.join(work, mode + "-result")
+    logs = os.path.join(work, mode + "-logs")
     sides = {"on": child_env(EARLYLOG=1, EARLYLOG_STALL=1, EARLYLOG_NATIVE=1, EARLYLOG_DIR=logs), "off": child_env()}
 
     def one(name):
-        run_ok([python, CHILD, "busy", result, str(plan["busy_seconds"])], sides[name])
+        run_ok([python, CHILD, mode, result, str(plan["busy_seconds"])], sides[name])
         return read_result(result)
 
     samples = bench_stats.interleave(plan["busy_rounds"], sides, one, plan["warmup"])
     dumps = _count_stalls(logs)
     if not dumps:
-        raise RuntimeError("the busy loop got no stall dump: nothing was measured")
-    return judged("stall-pause", "longest pause of a silent busy loop over its stall dumps (%d in %d runs; "
-                  "EARLYLOG_STALL=1, EARLYLOG_NATIVE=1)" % (dumps, len(samples["on"]) + plan["warmup"]),
+        raise RuntimeError("the %s loop got no stall dump: nothing was measured" % mode)
+    what = "a silent busy loop" if mode == "busy" else \
+        "a busy loop that prints, beside 8 threads stuck on events (who can set each, per dump)"
+    return judged("stall-pause" if mode == "busy" else "reach-pause",
+                  "longest pause of %s over its stall dumps (%d in %d runs; EARLYLOG_STALL=1, EARLYLOG_NATIVE=1)" % (
+                      what, dumps, len(samples["on"]) + plan["warmup"]),
                   "EARLYLOG unset", "< 50 ms added", bench_stats.paired(samples["on"], samples["off"]),
                   0.05, "added")
 
@@ -586,6 +590,7 @@ def main(argv=None):
         rows += guarded("print-live", print_row, venvs, plan, work)
         rows += guarded("console-lines", console_row, venvs, plan, work)
         rows += guarded("stall-pause", pause_row, venvs, plan, work)
+        rows += guarded("reach-pause", pause_row, venvs, plan, work, "stuck-waiters")
         rows += guarded("fork", fork_row, venvs, plan, work)
         rows += guarded("retries", retry_rows, venvs, plan, work)
         rows += guarded("idle", sleepers.rows)

@@ -110,6 +110,33 @@ def busy(result, seconds):
     _result(result, worst)
 
 
+def stuck_waiters(result, seconds):
+    """A main thread that prints a tick every 0.2 s and sleeps 1 ms between its iterations (a
+    computing one would be work the waiters wait for: no stall is told beside it), beside 8 threads
+    stuck on events nothing sets, in a program with a large namespace (each stall dump asks who
+    could set each event, runtime/reach.py): the longest gap between two iterations, less its sleep."""
+    import threading
+    table = {"row%d" % i: [i, str(i)] for i in range(20000)}  # what a search may walk
+    events = [threading.Event() for _ in range(8)]
+
+    def wait(event, rows):
+        event.wait()
+
+    for i, event in enumerate(events):
+        threading.Thread(target=wait, args=(event, table), daemon=True).start()
+    worst, last = 0.0, time.perf_counter()
+    end, tick = last + float(seconds), last
+    while last < end:
+        time.sleep(0.001)
+        now = time.perf_counter()
+        worst = max(worst, now - last - 0.001)
+        last = now
+        if now - tick >= 0.2:
+            print("tick", flush=True)
+            tick = now
+    _result(result, worst)
+
+
 def heartbeat(result, calls, blocks):
     """earlylog's training heartbeat (the optimizer step hook) against an empty hook of the same
     signature, blocks alternating; and the time of one small optimizer step, for scale."""
@@ -315,7 +342,7 @@ def p2p_wrap(result, calls, blocks):
 
 
 if __name__ == "__main__":
-    scenario = {"torch": torch_loop, "ddp": ddp, "p2p-wrap": p2p_wrap, "epochs": epochs, "logline": log_line, "print": prints, "busy": busy, "idle": idle,
+    scenario = {"torch": torch_loop, "ddp": ddp, "p2p-wrap": p2p_wrap, "epochs": epochs, "logline": log_line, "print": prints, "busy": busy, "stuck-waiters": stuck_waiters, "idle": idle,
                 "heartbeat": heartbeat, "idle-threads": idle_threads,
                 "stall": stall, "forks": forks, "audit": audit, "retries": retry_beat}[sys.argv[1]]
     scenario(*sys.argv[2:])

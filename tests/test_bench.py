@@ -13,7 +13,7 @@ ROWS = {"startup-installed", "startup-on", "alt-importtime", "alt-faulthandler",
         "alt-hunter-on", "torch-import", "torch-loop", "ddp-all-reduce", "ddp-p2p", "ddp-step", "ddp-import",
         "p2p-wrap", "log-line", "heartbeat", "print-live", "print-bounded", "console-lines", "idle-cpu", "memory",
         "idle-cpu-threads",
-        "stall-latency", "stall-pause", "fork", "retry-beat", "alt-audit-event", "alt-audit-deepcopy", "exit",
+        "stall-latency", "stall-pause", "reach-pause", "fork", "retry-beat", "alt-audit-event", "alt-audit-deepcopy", "exit",
         "report"}
 
 

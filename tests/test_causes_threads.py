@@ -236,6 +236,7 @@ def test_join_names_the_joined_thread_and_where_it_is(tmp_path, logdir):
         worker = threading.Thread(target=upload, name="uploader")
         worker.start()
         worker.join()
+        ack.set()  # after the join: too late (a wait cycle, told as the join it is)
         """, "up.py")], logdir, **QUIET)
     rep, res = stalled_report(logdir, proc)
     cause = only(rep, "join")

@@ -236,10 +236,11 @@ def test_idle_programs_are_idle_and_waiting_ones_stuck(tmp_path, logdir):
     assert procs["join_server"]["idle"].endswith("; the main thread waits in a join of the server's thread "
                                                  "Thread-1 (serve_forever)")
     assert procs["event_server"]["idle"].endswith("; the main thread waits on an event (to stop)")
-    assert any(c["kind"] == "join" and "(no_sentinel): thread MainThread waits in join at no_sentinel.py:" in c["text"]
-               and "for thread Thread-1 (consume), which waits for queue `jobs`" in c["text"] for c in rep["causes"])
+    assert any(c["kind"] == "queue-orphaned" and "(no_sentinel): thread Thread-1 (consume) waits in consume at "
+               "no_sentinel.py:" in c["text"] and "queue `jobs`" in c["text"] and "thread MainThread waits for it in "
+               "join: no end of work (a sentinel) was ever sent" in c["text"] for c in rep["causes"]), rep["causes"]
     assert procs["keepalive_server"]["idle"].startswith("waiting for connections in an asyncio server on ")
-    assert not any("_server" in line or "heartbeat" in line for line in rep["verdict"])
+    assert not any("_server" in line or "heartbeat" in line for line in rep["verdict"]), rep["verdict"]
     assert "http_server idle" in text and "idle for" in text
     consoles = {name: (tmp_path / (name + ".err")).read_text() for name in PROGRAMS}
     for name in QUIET:

@@ -5,6 +5,7 @@ dead task) in async_causes.py, process-level ones (children, pipes, stdin, socke
 process_causes.py; read/registry.py lists every kind, runs the finders and orders what they find.
 Also the words every cause uses for a process and a duration."""
 from earlylog.grammar import stalls
+from earlylog.read import frames
 from earlylog.runtime import records
 
 
@@ -45,6 +46,16 @@ def rank(d):
         return found
     init = next((p for p in reversed(d.phases or ()) if p.name.startswith("init_process_group ")), None)
     return records.parse_init(init.name if init else None)[0] or (None, None)
+
+
+def what(wait):
+    """`lock `cache_lock``, or `an unnamed lock`: a `waits for:` note's object as a cause names it."""
+    return "%s `%s`" % (wait.kind, wait.name) if wait.name != "?" else "an unnamed %s" % wait.kind
+
+
+def place(frame):
+    """`train.py:12`, or `an unknown place`."""
+    return frames.place(frame) if frame else "an unknown place"
 
 
 def secs(s):

@@ -42,6 +42,9 @@ MAX_PROBE_LINE = 65536  # ... and a binary file's "lines" are read only this far
 MAX_BLOCK = 600         # continuation lines kept per event (a dump of 40 threads fits)
 _HEAD = 100             # of which the first: a traceback's outermost frames, a dump's first threads
 MAX_KEPT = 30           # warnings and closed phases kept per process (the newest)
+FAILURES = 5            # the program's output lines that report a failure kept per process (the newest)
+# An output line that reports a failure: an exception's name, or `failed`/`failure` as a word.
+_FAILURE = re.compile(r"[A-Z]\w*(?:Error|Exception)\b|(?i:\bfail(?:ed|ure)\b)")
 # Kinds that are the process itself doing something; the watchdog's own lines are not.
 HANDLED = "handled "  # an `exception` line the process went on after (runtime/hooks.py)
 LIFE = ("start", "exit", "exec", "exception", "phase", "out", "err", "mark", "fork", "probe")
@@ -87,6 +90,8 @@ class Proc:
         self.unrecorded = None  # earlylog's own failure that leaves the process with no exit record
         self.output = None      # the last line the program printed: (time, text), from `out:`/`err:`
         self.stdout = None      # ... of which the last on stdout
+        self.failures = deque(maxlen=FAILURES)  # (time, text): its last output lines that report a failure
+        self.failed = 0         # ... how many such lines it printed in all
         # The last traceback the program printed on its stderr (Raised), and one being read: a
         # multiprocessing child reports its error that way and ends by os._exit(1), with no
         # `exception:` record of ours.
@@ -471,6 +476,9 @@ def _line(folder, path, state, line):
 def _event(folder, p, kind, when, text):
     if kind in ("out", "err"):
         p.output = (when, text)
+        if _FAILURE.search(text):
+            p.failures.append((when, text))
+            p.failed += 1
         if kind == "out":
             p.stdout = p.output
         if kind == "err":

@@ -9,7 +9,7 @@ It owns the order finders run in and the rule of supersession; the finders own t
 bodies stay in thread_causes.py, process_causes.py, async_causes.py, acted.py). It only reads the
 judged report and the folder: it never writes, and a finder that fails costs only its own room's
 causes (one line in the report's problems)."""
-from earlylog.read import acted, async_causes, process_causes, rank_causes, thread_causes
+from earlylog.read import acted, async_causes, object_causes, process_causes, rank_causes, thread_causes
 
 THREAD, PROCESS, RUN = "thread", "process", "run"
 ALL = "*"  # supersedes every cause read from its process's dump: it is told alone
@@ -46,6 +46,9 @@ class Finder:
 
 
 _PER_PROCESS = ("process", "stall", "thread")
+# The causes in the state of an object threads wait on: a finished program's wait at exit tells them whole.
+_OBJECT_KINDS = ("barrier-short", "semaphore-drained", "lost-wakeup", "condition-unnotified", "queue-orphaned",
+                 "event-unset")
 # The waiters' kinds whose finders skip a pair already told, in the order their finders last run.
 _PAIRS = ("queue-join", "pipe-held", "child-died", "shared-lock", "pipe-deadlock", "pipe-full", "child")
 
@@ -81,6 +84,34 @@ FINDERS = (
         "import", THREAD, "import that does not end",
         "A thread waits to import a module another thread is importing, and that import does not end: the other "
         "thread's frame says why.")),
+    # --- the state of the object threads wait on, and who can still change it (object_causes.py) ---
+    Finder(object_causes.find, "stall", Kind(
+        "barrier-short", THREAD, "barrier that can never trip",
+        "K of a barrier's N parties wait in wait() and no other live thread refers to the barrier: the last "
+        "parties never come. Make it for as many parties as threads that call wait(), with a timeout.",
+        supersedes=["join", "stranded"]), Kind(
+        "semaphore-drained", THREAD, "semaphore drained by failures",
+        "A semaphore has no permit free, no thread holds one and no other live thread refers to it: acquire()s "
+        "whose release() never came (the failures the program reported before the wait are quoted). Release on "
+        "every path: `with sem:`.", supersedes=["lock", "join", "stranded"]), Kind(
+        "lost-wakeup", THREAD, "lost wakeup",
+        "A thread waits in Condition.wait() without a predicate and no other live thread refers to the condition: "
+        "a notify made before the wait began was lost. Wait with wait_for(predicate).",
+        supersedes=["join", "stranded"]), Kind(
+        "condition-unnotified", THREAD, "condition nothing can notify",
+        "A thread waits in Condition.wait_for() and no other live thread refers to the condition: nothing can "
+        "make its predicate true.", supersedes=["join", "stranded"]), Kind(
+        "queue-orphaned", THREAD, "queue nothing can fill",
+        "A thread waits in get() on a queue that no other live thread refers to: its producer ended (a return, "
+        "an exception it caught). Put a sentinel on every path out of the producer.",
+        supersedes=["join", "stranded"]), Kind(
+        "event-unset", THREAD, "event nothing can set",
+        "A thread waits for an Event that is not set and that no other live thread refers to: nothing can set "
+        "it.", supersedes=["join", "stranded"]), Kind(
+        "future-orphaned", THREAD, "asyncio Future nothing can complete",
+        "An asyncio task awaits a bare Future that no other task, callback, watched reader or thread refers to: "
+        "nothing can complete it (a dropped reply). Await it under asyncio.wait_for() with a timeout.",
+        supersedes=["loop-blocked"])),
     Finder(thread_causes.waits, "thread", Kind(
         "lock", THREAD, "lock held by thread X",
         "A thread waits for a lock: its name, and the holder's frame (or why no thread holds it): look at why the "
@@ -90,7 +121,7 @@ FINDERS = (
     Finder(thread_causes.shutdown, "stall", Kind(
         "shutdown", THREAD, "program finished, a thread keeps it alive",
         "The main code ended and a non-daemon thread runs on (or a ThreadPoolExecutor's task, which Python waits "
-        "for at exit): stop it or make it daemon=True.")),
+        "for at exit): stop it or make it daemon=True.", supersedes=_OBJECT_KINDS)),
     Finder(thread_causes.deaths, "stall", Kind(
         "thread-died", THREAD, "dead thread",
         "A thread died with an exception while others wait for its work: read its traceback.",
@@ -313,6 +344,9 @@ def find(report, folder):
         except Exception as exc:  # input nobody foresaw: say so, keep the rest of the report
             room = batch[0].fn.__module__.rpartition(".")[2].replace("_causes", "")
             report.problems.append("earlylog could not work out the %s causes (%r)" % (room, exc))
+    # Once more across the rooms of one process's dump: an object's cause supersedes a join or a lock wait.
+    kept = _supersede([c for c in found if c.kind in _RANK])
+    found = [c for c in found if c.kind not in _RANK or any(c is k for k in kept)]
     return sorted(found, key=lambda c: c.kind in RUN_KINDS)
 
 
@@ -358,10 +392,11 @@ def _run(batch, report, folder):
 
 
 def _supersede(found):
-    """The causes of one process less those a cause found with them supersedes: one that names the
-    thread the other is about (its first thread). A cause superseded is no evidence against others."""
+    """The causes less those a cause of the same process supersedes: one that names the thread the
+    other is about (its first thread). A cause superseded is no evidence against others."""
     kept = []
     for c in sorted(found, key=lambda c: _RANK[c.kind]):
-        if not any(c.kind in KINDS[s.kind].supersedes and c.threads and c.threads[0] in s.threads for s in kept):
+        if not any(c.kind in KINDS[s.kind].supersedes and c.threads and c.threads[0] in s.threads and
+                   c.pids[:1] == s.pids[:1] for s in kept):
             kept.append(c)
     return [c for c in found if any(c is k for k in kept)]

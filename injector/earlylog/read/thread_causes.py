@@ -12,7 +12,7 @@ import re
 import time
 
 from earlylog.read import frames, greenlets, idle
-from earlylog.read.causes import Cause, first_line, label, rank as rank_of, secs
+from earlylog.read.causes import Cause, first_line, label, place as _place, rank as rank_of, secs, what as _what
 from earlylog.read.model import Frame
 from earlylog.runtime import notes, records  # the grammar of the runtime's notes and lines
 _MODULE = re.compile(r"/(?:site|dist)-packages/(.+)\.py$|/lib/python\d[\d.]*/(.+)\.py$")
@@ -206,8 +206,9 @@ def _lock(d, t, by_ident):
                               "released stays locked after the owner ends" % (head, facts.gone),
                       "release %s on every path of the thread that takes it (`with %s:` does)" % (name, expr),
                       [d.pid], [t.name])]
-    if not facts or facts.ident:
-        return []  # several holders (a semaphore), or one that ended during the dump: the dump shows them
+    if not facts or facts.ident or _can_end(t):
+        return []  # several holders (a semaphore), one that ended during the dump (the dump shows them), or a
+        # live thread whose code refers to it that may yet release it (a semaphore's refiller)
     return [Cause("lock", "%s, held by an unknown thread: no thread's stack shows it taken (an acquire() in a "
                           "function that has returned, or a thread that has ended)" % head,
                   "look for a %s.acquire() whose release() is skipped on some path (an exception, an early "
@@ -308,6 +309,13 @@ def _native_wait_explained(d, t):
     return rank_of(d)[0] is not None and any(site in p for p in paths for site in _PEER_SITES)
 
 
+def _can_end(t):
+    """Does the dump name a live thread whose stack refers to what t waits on (runtime/reach.py)? It
+    may still put, set, notify, arrive or release: t's wait may end."""
+    reach = notes.first(t.notes, notes.CanChange) if t.wait else None
+    return reach is not None and not reach.none
+
+
 def _flush_for_parent(d, t, by_ident, parent):
     """Does t wait for its multiprocessing Queue's feeder thread to flush into a pipe, while the
     parent waits for this process to end? The parent's queue-join cause tells that deadlock whole."""
@@ -321,8 +329,9 @@ def _flush_for_parent(d, t, by_ident, parent):
 
 def _join(d, t, by_ident, in_cycle):
     target = by_ident.get(t.joins.ident)
-    if target is None or target.busy or target.sleeping or idle.serves(target):
-        return []  # it ended, computes, idles in a sleep loop or serves: joining it is waiting, not stuck
+    if target is None or target.busy or target.sleeping or idle.serves(target) or _can_end(target):
+        return []  # it ended, computes, idles in a sleep loop, serves, or waits for what a live thread can
+        # still bring: joining it is waiting, not stuck
     if t.main and _exiting(t):
         return []  # Python's own join at exit: the shutdown cause tells it
     if target.ident in in_cycle:
@@ -428,9 +437,12 @@ def _deaths(d, p, threads):
             continue
         w, frame = waiting[0], frames.user_frame(death.frames)
         since = d.stall.since
-        when = "%s after start, " % secs(death.time - p.first) if None not in (death.time, p.first) else ""
-        gap = since - death.time if None not in (since, death.time) else 0
-        when += "%s before the process went silent" % secs(gap) if gap >= 0.1 else "just before the process went silent"
+        when = "%s after start" % secs(death.time - p.first) if None not in (death.time, p.first) else ""
+        if not (p.stall is not None and p.stall.noisy):  # (while others print, no moment of silence to measure from)
+            gap = since - death.time if None not in (since, death.time) else 0
+            when += (", " if when else "") + ("%s before the process went silent" % secs(gap) if gap >= 0.1 else
+                                              "just before the process went silent")
+        when = when or "at a moment not known"
         waits = "in join for thread %s" % w.joins.name if w.joins else "for %s" % _waiting_on(w.wait)
         if death.text.startswith("SystemExit"):
             out.append(_thread_exit(d, death, frame, when, w, waits))
@@ -495,7 +507,7 @@ def _unset(d, threads):
         "find the code meant to call set_result() on it (a reply that never came, a callback never "
         "registered, a request never sent), and give result() a timeout so a lost reply becomes an error",
         [d.pid], [t.name]) for t in threads
-        if t.wait and t.wait.kind == "future" and t.wait.detail == "not started" and not t.busy]
+        if t.wait and t.wait.kind == "future" and t.wait.detail == "not started" and not t.busy and not _can_end(t)]
 
 
 # What a thread can wait on that only another thread of its process ends (a queue.Queue, a
@@ -752,11 +764,6 @@ def _name(wait):
     return "`%s`" % wait.name if wait.name != "?" else "an unnamed %s" % wait.kind
 
 
-def _what(wait):
-    """`lock `cache_lock``, or `an unnamed lock`."""
-    return "%s `%s`" % (wait.kind, wait.name) if wait.name != "?" else "an unnamed %s" % wait.kind
-
-
 def _how(facts, func=True):
     """`with block at x.py:6 in f` or `acquired in f at x.py:10, never released since`."""
     if not facts or not facts.how:
@@ -765,7 +772,3 @@ def _how(facts, func=True):
     if facts.how == "with block":
         return "with block at %s%s" % (place, " in " + facts.func if func else "")
     return "acquired%s at %s, never released since" % (" in " + facts.func if func else "", place)
-
-
-def _place(frame):
-    return frames.place(frame) if frame else "an unknown place"

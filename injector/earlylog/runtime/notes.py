@@ -40,6 +40,10 @@ The kinds, their lines, and who writes them:
   reads (peers.py)         reads: fd N[ (STREAM)], LINK; OTHER END
   socket (peers.py)        socket: fd N CALL, TCP LOCAL -> REMOTE, STATE, client|server[; DETAIL]
   file lock (filelocks.py) file lock: PATH (flock|fcntl|filelock|sqlite); HOLDERS
+  nothing completes        nothing completes: the Future task NAME awaits (no other task, callback, reader or
+    (reach.py)             thread refers to it)
+  can change it (reach.py) can change it: thread NAME (ident 0xID)[, ...] | no other thread (N read, none
+                           refers to it)[; after its join: thread NAME (ident 0xID)[, ...]]
   OTHER END: `other end held by pid N (COMMAND)[, pid M (COMMAND)]`, `... by this process`, `no process found
       holding the other end`, `other end not known`; ` (search cut short)` when the search stopped early
   HOLDERS: `held by pid N (COMMAND)[, ...]`, `... by this process`, `no process holds a lock on it`,
@@ -935,3 +939,66 @@ def _collective(body):
 
 
 _KINDS["collective"] = _collective
+
+
+# --- reach.py: who can still change the object a thread waits on (one block: the kind's class,
+# writer, pattern and parser) -----------------------------------------------------------------------
+
+class CanChange(Note):
+    """threads: ((name, ident `0x..`), ...) of the other live threads whose stack refers to the
+    waited object (empty: none does); others: how many other threads were read; after: those of
+    the threads joining a waiter whose code after the join refers to it (a wait cycle: the join's)."""
+    __slots__ = ("threads", "others", "after")
+
+    @property
+    def none(self):
+        return not self.threads
+
+
+def can_change(named, others, after=()):
+    """`can change it: thread a (ident 0x1), thread b (ident 0x2)` or `can change it: no other
+    thread (2 read, none refers to it)[; after its join: thread c (ident 0x3)]`; named, after: [(name, ident)]."""
+    tail = "; after its join: %s" % ", ".join(thread(name, ident) for name, ident in after) if after else ""
+    if named:
+        return "%scan change it: %s%s" % (INDENT, ", ".join(thread(name, ident) for name, ident in named), tail)
+    return "%scan change it: no other thread (%d read, none refers to it)%s" % (INDENT, others, tail)
+
+
+_PATTERNS["can change it"] = r"thread (.+?) \(ident (0x[0-9a-f]+)\)(?:, |$)"
+_PATTERNS["can change none"] = r"^no other thread \((\d+) read, none refers to it\)$"
+
+
+def _can_change(body):
+    body, _, tail = body.partition("; after its join: ")
+    after = tuple(_re("can change it").findall(tail))
+    m = _re("can change none").match(body)
+    if m:
+        return CanChange((), int(m.group(1)), after)
+    named = tuple(_re("can change it").findall(body))
+    return CanChange(named, len(named), after) if named else None
+
+
+_KINDS["can change it"] = _can_change
+
+
+class NothingCompletes(Note):
+    """task: the name of a task of this thread's event loop that awaits a bare Future nothing else refers to."""
+    __slots__ = ("task",)
+
+
+def nothing_completes(task):
+    """`nothing completes: the Future task Task-1 awaits (no other task, callback, reader or thread
+    refers to it)`, under a thread's `task` lines."""
+    return "%snothing completes: the Future task %s awaits (no other task, callback, reader or thread refers to " \
+           "it)" % (INDENT, task)
+
+
+_PATTERNS["nothing completes"] = r"^the Future task (\S+) awaits \("
+
+
+def _nothing_completes(body):
+    m = _re("nothing completes").match(body)
+    return NothingCompletes(m.group(1)) if m else None
+
+
+_KINDS["nothing completes"] = _nothing_completes

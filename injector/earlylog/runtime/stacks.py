@@ -145,6 +145,9 @@ def _asyncio_lines(frame):
         out.append(notes.task(name, await_chain(frames, end, _waiter(task),
                                                 lambda obj, name=name: _task_holder(obj, name, shown))))
         sockets += _client_read(frames)
+    from earlylog.runtime import reach
+    out += [notes.nothing_completes(name) for name in reach.alone(
+        loop, [(task, name, frames) for task, (name, (frames, _end)) in zip(tasks, walks)], sys._current_frames())]
     # Under the tasks: a thread note, as a blocking socket call's own (read/process_causes.py).
     return out + found + [notes.socket_line(text) for text in sockets[:8]]
 

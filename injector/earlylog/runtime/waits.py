@@ -14,7 +14,7 @@ known is left out. Its cost falls on dumps only: nothing is imported before the 
 import _collections
 import sys
 
-from earlylog.runtime import holders, introspect, notes as grammar, signals, syncs
+from earlylog.runtime import holders, introspect, notes as grammar, reach, signals, syncs
 
 _DEQUE = _collections.deque
 # (label, module, class) of the objects a wait can be on, most derived first.
@@ -25,6 +25,9 @@ _KNOWN = (("threading.BoundedSemaphore", "threading", "BoundedSemaphore"),
           ("queue.PriorityQueue", "queue", "PriorityQueue"), ("queue.LifoQueue", "queue", "LifoQueue"),
           ("queue.Queue", "queue", "Queue"), ("queue.SimpleQueue", "queue", "SimpleQueue"),
           ("concurrent.futures.Future", "concurrent.futures._base", "Future"))
+# The waits whose end another thread's call brings (a put, a set(), a notify, an arrival, a
+# release, a set_result()): the dump says which threads can still make it (runtime/reach.py).
+_CHANGED = ("semaphore", "condition", "event", "barrier", "queue", "future")
 
 
 def notes(ident, frame, frames, threads):
@@ -45,6 +48,9 @@ def notes(ident, frame, frames, threads):
             out += [grammar.in_signal_handler(*pair) for pair in signals.interrupted_by(frame)]
         elif kind == "event":
             out += [grammar.set_by(*pair) for pair in signals.handlers(obj)]
+        if kind in _CHANGED and name is not None:
+            # (one no code names, `threading.Event().wait()`, is a wait forever on purpose)
+            out += reach.lines(ident, kind, obj, frames, threads, _waited)
         elif kind == "import":
             owner = introspect.field(obj, "owner")
             if type(owner) is int and owner:
@@ -169,8 +175,11 @@ def _label(obj):
 
 def _detail(obj, name):
     if name in ("Semaphore", "BoundedSemaphore"):
-        value = introspect.field(obj, "_value")
-        return ", %d free" % value if type(value) is int else ""
+        value, start = introspect.field(obj, "_value"), introspect.field(obj, "_initial_value")
+        if type(value) is not int:
+            return ""
+        # A BoundedSemaphore keeps the count it started with; a Semaphore does not.
+        return ", %d of %d free" % (value, start) if type(start) is int else ", %d free" % value
     if name == "Barrier":
         count, parties = introspect.field(obj, "_count"), introspect.field(obj, "_parties")
         return ", %d of %d arrived" % (count, parties) if type(count) is int and type(parties) is int else ""
