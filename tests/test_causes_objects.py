@@ -279,7 +279,37 @@ def test_an_asyncio_future_nothing_can_complete_is_named(tmp_path, logdir):
     leads(res, cause)
 
 
+def test_an_asyncio_event_nothing_can_set_is_named_once_the_task_that_would_set_it_returned(tmp_path, logdir):
+    proc = start([script(tmp_path, ASYNC % """
+        ready = asyncio.Event()
+        async def warm_up():
+            await asyncio.sleep(0.1)  # returns without ready.set()
+        await loop.create_task(warm_up())
+        async def serve():
+            await ready.wait()  # (a top-level `await stop.wait()` is a service waiting to be stopped)
+        await serve()
+    """, "warm.py")], logdir, **QUIET)
+    rep, res = stalled_report(logdir, proc)
+    cause = only(rep, "async-unset")
+    assert "asyncio task Task-1 awaits asyncio.Event `ready` in serve at warm.py:" in flat(cause["text"]), \
+        cause["text"]
+    assert "no other task, callback, reader or thread refers to: nothing can set it" in flat(cause["text"])
+    leads(res, cause)
+
+
 @pytest.mark.parametrize("name, body", [
+    ("queue-and-event", """
+        jobs, ready = asyncio.Queue(), asyncio.Event()
+        async def feed():
+            await asyncio.sleep(2.5)
+            await jobs.put(1)
+            loop.call_later(1, ready.set)
+        loop.create_task(feed())
+        async def serve():
+            await jobs.get()
+            await ready.wait()
+        await serve()
+    """),
     ("timer", """
         reply = pending[7] = loop.create_future()
         loop.call_later(2.5, reply.set_result, "ok")  # a timer holds it
@@ -303,7 +333,10 @@ def test_an_asyncio_future_something_will_complete_gets_no_cause(tmp_path, logdi
     rep = report_json(folder)
     assert rep["causes"] == [], rep["causes"]
     assert not any("nothing completes" in read(f) for f in log_files(folder))
-    assert any("dump: stall" in read(f) for f in log_files(folder))  # its tasks were read at a stall
+    # A Future awaited is read at a stall; a queue's or event's wait that a task can still end is
+    # no stall at all (a service waits so for work or to be stopped).
+    dumped = any("dump: stall" in read(f) for f in log_files(folder))
+    assert dumped == (name != "queue-and-event")
 
 
 PROTOCOL = """

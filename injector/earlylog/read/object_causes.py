@@ -116,13 +116,25 @@ def _event(d, p, waiters, joiners):
 
 
 def _future(d, t, task):
-    """An asyncio task awaiting a bare Future that no other task, callback, reader or thread refers to."""
-    chain = next((chain for name, chain, _awaiting in frames.task_chains(t.notes) if name == task), [])
+    """An asyncio task awaiting, in its own code, a bare Future or an asyncio Event, Condition or
+    Queue that no other task, callback, reader or thread refers to."""
+    chain, awaiting = next(((chain, awaiting) for name, chain, awaiting in frames.task_chains(t.notes)
+                            if name == task), ([], None))
     user = frames.user_frame(chain)
+    where = " in %s" % frames.where(user) if user else ""
+    sync = notes.parse_awaits_sync(awaiting or "")
+    if sync is not None:
+        verb = {"Event": "set it", "Condition": "notify it", "Queue": "put an item in it"}.get(
+            sync.kind[len("Priority"):] if sync.kind.startswith("Priority") else
+            sync.kind[len("Lifo"):] if sync.kind.startswith("Lifo") else sync.kind, "change it")
+        return Cause("async-unset", "%s: asyncio task %s awaits %s%s that no other task, callback, reader or thread "
+                                    "refers to: nothing can %s" % (label(d), task, frames.sync_name(sync), where, verb),
+                     "find the code meant to %s (a task that ended before it, a path that skips it), and await it "
+                     "under asyncio.wait_for(..., timeout)" % verb, [d.pid], [t.name])
     return Cause("future-orphaned", "%s: asyncio task %s awaits a Future%s that no other task, callback, reader or "
                                     "thread refers to: nothing can complete it (its set_result() was never "
                                     "registered, or the reply that would reach it was dropped)" % (
-                                        label(d), task, " in %s" % frames.where(user) if user else ""),
+                                        label(d), task, where),
                  "find the code meant to call set_result() on it (a table of pending replies it was taken out of, "
                  "a callback never registered), and await it under asyncio.wait_for(..., timeout) so a lost reply "
                  "becomes an error", [d.pid], [t.name])

@@ -48,7 +48,7 @@ class Finder:
 _PER_PROCESS = ("process", "stall", "thread")
 # The causes in the state of an object threads wait on: a finished program's wait at exit tells them whole.
 _OBJECT_KINDS = ("barrier-short", "semaphore-drained", "lost-wakeup", "condition-unnotified", "queue-orphaned",
-                 "event-unset")
+                 "event-unset", "future-orphaned", "async-unset")
 # The waiters' kinds whose finders skip a pair already told, in the order their finders last run.
 _PAIRS = ("queue-join", "pipe-held", "child-died", "shared-lock", "pipe-deadlock", "pipe-full", "child")
 
@@ -111,6 +111,10 @@ FINDERS = (
         "future-orphaned", THREAD, "asyncio Future nothing can complete",
         "An asyncio task awaits a bare Future that no other task, callback, watched reader or thread refers to: "
         "nothing can complete it (a dropped reply). Await it under asyncio.wait_for() with a timeout.",
+        supersedes=["loop-blocked"]), Kind(
+        "async-unset", THREAD, "asyncio Event, Condition or Queue nothing can change",
+        "An asyncio task awaits an asyncio Event, Condition or Queue (get) in its own code that no other task, "
+        "callback, watched reader or thread refers to: nothing can set, notify or fill it.",
         supersedes=["loop-blocked"])),
     Finder(thread_causes.waits, "thread", Kind(
         "lock", THREAD, "lock held by thread X",

@@ -40,8 +40,8 @@ The kinds, their lines, and who writes them:
   reads (peers.py)         reads: fd N[ (STREAM)], LINK; OTHER END
   socket (peers.py)        socket: fd N CALL, TCP LOCAL -> REMOTE, STATE, client|server[; DETAIL]
   file lock (filelocks.py) file lock: PATH (flock|fcntl|filelock|sqlite); HOLDERS
-  nothing completes        nothing completes: the Future task NAME awaits (no other task, callback, reader or
-    (reach.py)             thread refers to it)
+  nothing completes        nothing completes: what task NAME awaits (no other task, callback, reader or thread
+    (reach.py)             refers to it)
   can change it (reach.py) can change it: thread NAME (ident 0xID)[, ...] | no other thread (N read, none
                            refers to it)[; after its join: thread NAME (ident 0xID)[, ...]]
   OTHER END: `other end held by pid N (COMMAND)[, pid M (COMMAND)]`, `... by this process`, `no process found
@@ -982,18 +982,19 @@ _KINDS["can change it"] = _can_change
 
 
 class NothingCompletes(Note):
-    """task: the name of a task of this thread's event loop that awaits a bare Future nothing else refers to."""
+    """task: the name of a task of this thread's event loop that awaits, in the program's own code, a
+    bare Future or an asyncio Event, Condition or Queue that nothing else refers to."""
     __slots__ = ("task",)
 
 
 def nothing_completes(task):
-    """`nothing completes: the Future task Task-1 awaits (no other task, callback, reader or thread
-    refers to it)`, under a thread's `task` lines."""
-    return "%snothing completes: the Future task %s awaits (no other task, callback, reader or thread refers to " \
-           "it)" % (INDENT, task)
+    """`nothing completes: what task Task-1 awaits (no other task, callback, reader or thread refers
+    to it)`, under a thread's `task` lines."""
+    return "%snothing completes: what task %s awaits (no other task, callback, reader or thread refers to it)" % (
+        INDENT, task)
 
 
-_PATTERNS["nothing completes"] = r"^the Future task (\S+) awaits \("
+_PATTERNS["nothing completes"] = r"^what task (\S+) awaits \("
 
 
 def _nothing_completes(body):

@@ -189,30 +189,71 @@ def alone(loop, pending, frames):
 
 
 def _alone(loop, pending, frames):
+    waits = [(task, name, coro_frames, _awaited(task, coro_frames)) for task, name, coro_frames in pending]
+    return [name for task, name, _frames, target in waits
+            if target is not None and _none_refers(loop, task, target, waits, frames)]
+
+
+def task_alone(loop, task, pending, frames):
+    """Is what `task` awaits in its own code something nothing else can complete (as alone())? The
+    watchdog asks once, of a task that stood at an asyncio Event's or Queue's wait for a whole stall
+    (runtime/stuck.py: such a wait is a service's otherwise). Never raises."""
+    try:
+        waits = [(t, None, coro_frames, _awaited(t, coro_frames)) for t, coro_frames in pending]
+        target = next((theirs for t, _n, _f, theirs in waits if t is task), None)
+        return target is not None and _none_refers(loop, task, target, waits, frames)
+    except Exception:
+        return False
+
+
+def _none_refers(loop, task, target, waits, frames):
+    budget = _Budget()
+    # (the tasks that await the same object cannot end one another's wait)
+    return not any(_refers_frames(other, target, budget) for t, _n, other, theirs in waits
+                   if t is not task and theirs is not target) and \
+        not any(_holds(handle, target, 4, budget) for handle in _handles(loop)) and \
+        not any(_refers(frame, target, budget) for ident, frame in frames.items()
+                if our_threads.name_of(ident) is None and not _runs(frame, loop))
+
+
+def _awaited(task, coro_frames):
+    """What a task awaits in the program's own code, that another task, callback or thread must
+    complete: a bare Future (not chained to another, named by a variable of the frame that awaits
+    it), or an asyncio Event, Condition or Queue (get) the frame awaits the method of; else None."""
     import asyncio
-    out = []
-    for task, name, coro_frames in pending:
-        # asyncio's own Task keeps what it awaits in a C slot (a getset: reading it runs no program code)
-        fut = getattr(task, "_fut_waiter", None) if type(task) in (asyncio.Task, asyncio.tasks._PyTask) else None
-        if fut is None or not introspect.isa(fut, asyncio.Future) or introspect.isa(fut, asyncio.Task) or \
-                type(fut).__module__ not in ("asyncio.futures", "_asyncio") or \
-                not coro_frames or _library(coro_frames[-1].f_code.co_filename):
-            continue  # not a bare Future the program's own code awaits (a sleep's, a lock's, a read's: asyncio's)
-        callbacks = getattr(fut, "_callbacks", None) if type(fut) in (asyncio.Future, asyncio.futures._PyFuture) else ()
-        if type(callbacks) is not list or len(callbacks) > 1:
-            continue  # chained to another future (run_in_executor's, wrap_future's): that one completes it
-        if not any(v is fut for v in list(introspect.frame_locals(coro_frames[-1]).values())):
-            continue  # `await asyncio.Future()`, named by nothing: parked until cancelled, on purpose
-        budget = _Budget()
-        if any(_refers_frames(other, fut, budget) for t, _n, other in pending if t is not task):
-            continue
-        if any(_holds(handle, fut, 4, budget) for handle in _handles(loop)):
-            continue
-        if any(_refers(frame, fut, budget) for ident, frame in frames.items()
-               if our_threads.name_of(ident) is None and not _runs(frame, loop)):
-            continue
-        out.append(name)
-    return out
+    # asyncio's own Task keeps what it awaits in a C slot (a getset: reading it runs no program code)
+    fut = getattr(task, "_fut_waiter", None) if type(task) in (asyncio.Task, asyncio.tasks._PyTask) else None
+    if fut is None or not coro_frames or introspect.isa(fut, asyncio.Task) or \
+            type(fut) not in (asyncio.Future, asyncio.futures._PyFuture):
+        return None
+    inner = len(coro_frames)
+    target = None
+    for i in range(len(coro_frames) - 1, -1, -1):  # asyncio's frames, innermost first
+        code = coro_frames[i].f_code
+        if not code.co_filename.endswith(_ASYNC_FILES):
+            break
+        this = introspect.frame_locals(coro_frames[i]).get("self")
+        if code.co_name in ("wait", "wait_for", "get") and type(this) in _async_syncs(asyncio):
+            target = this
+        inner = i
+    user = coro_frames[inner - 1] if inner else None
+    if user is None or _library(user.f_code.co_filename):
+        return None  # a sleep's, a lock's, a stream read's, a library's own wait
+    if target is not None:
+        return target
+    if inner < len(coro_frames) or len(getattr(fut, "_callbacks", None) or ()) > 1:
+        return None  # inside asyncio (a semaphore, a queue's join), or chained to another future
+    if not any(v is fut for v in list(introspect.frame_locals(user).values())):
+        return None  # `await asyncio.Future()`, named by nothing: parked until cancelled, on purpose
+    return fut
+
+
+_ASYNC_FILES = tuple(os.sep + os.path.join("asyncio", name) for name in ("locks.py", "queues.py", "tasks.py",
+                                                                        "futures.py"))
+
+
+def _async_syncs(asyncio):
+    return (asyncio.Event, asyncio.Condition, asyncio.Queue, asyncio.PriorityQueue, asyncio.LifoQueue)
 
 
 def _handles(loop):
@@ -224,6 +265,9 @@ def _handles(loop):
         queue = own.get(field)
         if type(queue) in _CONTAINERS:
             out += list(tuple(queue))
+    signals = own.get("_signal_handlers")  # loop.add_signal_handler's: a signal may come at any time
+    if type(signals) is dict:
+        out += list(signals.values())
     selector = own.get("_selector")
     fds = introspect.field(selector, "_fd_to_key") if selector is not None else None
     if type(fds) is dict:

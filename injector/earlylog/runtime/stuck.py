@@ -172,10 +172,11 @@ class Tracker:
             loops = []
         for ident, frame in loops:
             loop = stacks.running_loop(frame)
-            for task, chain, waiter in aio.pending(loop) if loop is not None else ():
+            tasks = aio.pending(loop) if loop is not None else ()
+            for task, chain, waiter in tasks:
                 sig = tuple((f.f_code, f.f_lasti) for f in chain)
                 self._track(seen, stuck, now, ("task", id(task)), task, waiter, sig, ident,
-                            lambda: _judge_task(task, chain, waiter))
+                            lambda: _judge_task(task, chain, waiter, lambda: _alone(loop, task, tasks)))
         if hubs:
             from earlylog.runtime import greenlets
             for ident, frame in hubs:
@@ -382,26 +383,38 @@ def _weak(obj):
 _NO_MATCH = object()
 
 
-def _judge_task(task, chain, waiter):
+def _judge_task(task, chain, waiter, alone):
     """(`Task-2 (fetch)`, `waiting for a Future in fetch at app.py:8`) for a task that waits on a
     partner, or '' for one that waits for work (a server's client, a queue, a sleep: as the report
     judges a loop), for other tasks (a gather, a task: each is judged by its own moves), or to be
-    told to stop (an Event: a service's main task)."""
+    told to stop (an Event: a service's main task); unless what it awaits in its own code, an
+    Event or a Queue, is something nothing else refers to (alone(): runtime/reach.py)."""
     from earlylog.runtime import aio, stacks
     if not chain:
         return ""
     files = [(f.f_code.co_filename, f.f_code.co_name) for f in chain]
     inner = chain[-1]
-    if _task_waits_for_work(files, stacks.server_read(inner)) or aio.awaits_tasks(waiter):
-        return ""
-    if inner.f_code.co_name == "wait" and _is(inner.f_code.co_filename, "asyncio/locks.py") or \
-            _is(inner.f_code.co_filename, "asyncio/tasks.py"):
-        return ""  # an Event (a service told to stop), or asyncio.wait()/wait_for() on tasks
     user = next((f for f in reversed(chain) if not _library(f.f_code.co_filename)), inner)
+    if aio.awaits_tasks(waiter):
+        return ""
+    if _task_waits_for_work(files, stacks.server_read(inner)) or \
+            inner.f_code.co_name == "wait" and _is(inner.f_code.co_filename, "asyncio/locks.py") or \
+            _is(inner.f_code.co_filename, "asyncio/tasks.py"):
+        # an Event (a service told to stop), a queue's work, asyncio.wait()/wait_for() on tasks
+        if user is inner or not alone():
+            return ""
+        return aio.describe(task), "waiting for %s.%s in %s, which nothing else refers to" % (
+            os.path.basename(inner.f_code.co_filename)[:-3], inner.f_code.co_name,
+            records.place(user.f_code.co_name, user.f_code.co_filename, user.f_lineno))
     awaited = "a Future" if inner is user else "%s.%s" % (os.path.basename(inner.f_code.co_filename)[:-3],
                                                           inner.f_code.co_name)
     return aio.describe(task), "waiting for %s in %s" % (
         awaited, records.place(user.f_code.co_name, user.f_code.co_filename, user.f_lineno))
+
+
+def _alone(loop, task, tasks):
+    from earlylog.runtime import reach
+    return reach.task_alone(loop, task, [(t, chain) for t, chain, _w in tasks], sys._current_frames())
 
 
 def _parked(stack, inner, main, users):
