@@ -535,3 +535,39 @@ def test_a_worker_that_execs_while_starting_and_is_let_go_is_not_trouble(tmp_pat
         kill_tree(proc)
     assert child["still_starting"] is True and child["state"] == "terminated", child
     assert child["summary"].startswith("stopped while still starting: ended with no exit record (SIGKILL)"), child
+
+
+STOPPABLE = """
+    import gc, signal, threading
+    def stop(signum, frame):
+        raise SystemExit(0)  # the framework's stop request
+    signal.signal(signal.SIGTERM, stop)
+    def fetch_shard():
+        try:
+            threading.Event().wait(%s)
+        finally:
+            gc.collect()  # the framework's clean-up on the way out: a full collection
+    fetch_shard()
+    raise SystemExit(0)
+"""
+
+
+def test_a_stop_request_raised_inside_a_stuck_call_is_a_hang_cut_short_and_a_call_that_returned_is_not(
+        tmp_path, logdir):
+    """Ray's worker is also stopped by a SystemExit its signal handler raises inside the task's call.
+    The call's clean-up ran a full collection on the way out, so the exit read as a plain "end of
+    program" and the hang was lost; it is found now where the stuck thread stood at its last stall.
+    The same clean exit after the wait returned is the program's own end."""
+    stopped = start([script(tmp_path, STOPPABLE % "", "stopped.py")], str(logdir))
+    returned = start([script(tmp_path, STOPPABLE % "2.5", "returned.py")], str(logdir))
+    wait_for(lambda: any("dump: stall" in read(f) for f in log_files(logdir) if "-%d-" % stopped.pid in f))
+    stopped.send_signal(signal.SIGTERM)
+    assert stopped.wait(timeout=60) == 0 and returned.wait(timeout=60) == 0
+    assert any("dump: stall" in read(f) for f in log_files(logdir) if "-%d-" % returned.pid in f)
+    procs = {d["tag"]: d for d in report_json(str(logdir))["processes"]}
+    assert procs["stopped"]["state"] == "stalled", procs["stopped"]
+    summary = procs["stopped"]["summary"]
+    assert summary.startswith("stalled for ") and " in fetch_shard at stopped.py:8; " in summary, summary
+    assert "until a stop request raised inside that call ended the process (raise SystemExit(0) in wait at " \
+           "threading.py:" in summary and summary.endswith("a hang cut short, the call never returned"), summary
+    assert procs["returned"]["state"] == "exited", procs["returned"]

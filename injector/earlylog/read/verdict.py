@@ -127,9 +127,9 @@ def _process(p, now, here):
         _stall_summary(d, p, now, local)
         if cut and _stuck(d):
             d.state = "stalled"
-            d.summary = "%s until %s own code around that call ended the process (%s): a hang cut short, the " \
-                        "call never returned" % (d.stall.summary, "Ray's" if _ray(d) else "the library's",
-                                                 _exit_call(p.exit))
+            d.summary = "%s until %s ended the process (%s): a hang cut short, the call never returned" % (
+                d.stall.summary, "a stop request raised inside that call" if cut == _INSIDE else
+                "%s own code around that call" % ("Ray's" if _ray(d) else "the library's"), _exit_call(p.exit))
     elif d.state == "running" and p.exec is None:
         d.summary = "running, last sign of life %s ago" % secs(now - (p.last or now))
     if d.state in ("running", "stalled", "idle", "busy") and letter in _STOPPED:
@@ -250,19 +250,28 @@ def _exited(d, p):
 
 
 def _cut_short(p):
-    """A hang cut short by the library it runs in: the program's call stalled until the process
-    ended (nothing but the exit record after the stall), and the clean exit came from a library
-    frame that the stuck call was running inside: Ray's worker loop exits with sys.exit(0) when its
-    driver gives up or shuts down, leaving a task's function that never returned. The program's own
-    exit after a slow call (from its own code) is no such story: its call returned."""
+    """A hang cut short: the program's call stalled until the process ended (nothing but the exit
+    record after the stall), and the clean exit came from a library frame that the stuck call was
+    running inside (Ray's worker loop exits with sys.exit(0) when its driver gives up or shuts
+    down, leaving a task's function that never returned), or was raised in the stuck call itself
+    (a framework's stop request from its signal handler, as Ray's worker gets too: the SystemExit
+    left the call at the line it was stuck on, through its `finally` blocks). The program's own exit
+    after a slow call (from its own code, elsewhere) is no such story: its call returned."""
     at = p.exit.at
     if at is None or p.exit.status != 0 or p.stall.time is None or (p.exit.before or 0) > p.stall.time:
         return False
     frames = _stuck_thread(p.stall).frames if p.stall.threads else []
     user = next((i for i, f in enumerate(frames) if not library(f.file)), None)
-    return user is not None and any(
-        func == at.function and os.path.basename(path) == at.file and library(path)
-        for path, _line, func in frames[user + 1:])
+    if user is None:
+        return False
+    if any(func == at.function and os.path.basename(path) == at.file and line == at.line
+           for path, line, func in frames[:user + 1]):
+        return _INSIDE
+    return any(func == at.function and os.path.basename(path) == at.file and library(path)
+               for path, _line, func in frames[user + 1:])
+
+
+_INSIDE = "inside"  # _cut_short's answer for an exit raised in the stuck call itself
 
 
 def _exit_call(e):

@@ -48,6 +48,14 @@ def start(logger):
     return armed
 
 
+def stuck_at():
+    """{(file, line)} of each thread's innermost frame at this process's last stall dump, or an
+    empty set: at the end, hooks.after_main looks for a SystemExit raised at one of them (a
+    framework's stop request that ended a call that never returned)."""
+    watchdog = getattr(_armed, "watchdog", None)
+    return getattr(watchdog, "stuck_at", None) or set()
+
+
 def _before_fork():
     # faulthandler's timer hangs the child forever if it is armed at fork time (see
     # docs/design.md#faulthandlers-timer-and-fork): cancel it here, re-arm in the parent below and in the child's own start().

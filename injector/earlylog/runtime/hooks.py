@@ -89,9 +89,10 @@ def _code(value):
     return 1
 
 
-def _saw(value, how, caller=None):
+def _saw(value, how, caller=None, lines=None):
     """Note the exit in progress: its status, and the call that asked for it, with its argument
-    and place (`sys.exit('no GPU') in main at train.py:12`), so a report says where and why."""
+    and place (`sys.exit('no GPU') in main at train.py:12`), so a report says where and why; lines:
+    {frame: line} where frames have moved on since (a traceback's: _lines())."""
     global _status
     _status = (_code(value), how)
     try:
@@ -101,21 +102,21 @@ def _saw(value, how, caller=None):
         at = outer = None
         if caller is not None:
             # For a call in a library (argparse's exit), also the program's own frame that led there.
-            at, outer = _places(caller)
+            at, outer = _places(caller, lines or {})
         _status = (_status[0], records.exit_call(how, arg, at, outer))
     except BaseException:  # never let the record stop the exit
         pass
 
 
-def _places(caller):
+def _places(caller, lines=None):
     """(the caller's place, and the program's own frame that led there when the call is in a
-    library, else None), as exit_call() words them."""
+    library, else None), as exit_call() words them; lines: {frame: line} as _saw() has them."""
     outer = records.outer(caller)
-    return _where(caller), _where(outer) if outer is not None and outer is not caller else None
+    return _where(caller, lines), _where(outer, lines) if outer is not None and outer is not caller else None
 
 
-def _where(frame):
-    return frame.f_code.co_name, frame.f_code.co_filename, frame.f_lineno
+def _where(frame, lines=None):
+    return frame.f_code.co_name, frame.f_code.co_filename, (lines or {}).get(frame, frame.f_lineno)
 
 
 def _sys_exit(status=None):
@@ -291,23 +292,59 @@ def after_main():
     exits = _subclasses(SystemExit)
     # A SystemExit in flight is among the youngest objects, unless a full collection ran since it was
     # raised (a long `finally`): the oldest generation is searched only where an exit call was seen,
-    # the one case whose answer changes the record.
-    for generation in (0, 1, 2) if _status is not None else (0, 1):
+    # the one case whose answer changes the record, or after a stall (a framework's stop request
+    # raised in a stuck call, then its clean-up's collection: the exit's place says the call never
+    # returned, read/verdict.py's hang cut short).
+    fault = sys.modules.get("earlylog.runtime.fault")
+    stuck = fault.stuck_at() if fault is not None else ()
+    for generation in (0, 1, 2) if _status is not None or stuck else (0, 1):
         objects = gc.get_objects(generation)
         if exits.isdisjoint(map(type, objects)):
             continue
-        obj = next((o for o in objects if type(o) in exits and _in_flight(o)), None)
+        # A SystemExit raised where a thread stood stuck at the last stall ended that call: it is the
+        # exit, though the frames it left ran `finally` blocks on the way out (which _in_flight reads
+        # as a program that caught it and went on).
+        obj = next((o for o in objects if type(o) in exits and (_in_flight(o) or _raised_in(o.__traceback__)[1:] in
+                                                                stuck)), None)
         if obj is None:
             continue
         if _status is None or _status[0] != _code(obj.code):  # keep "sys.exit" when it was
-            tb = obj.__traceback__
-            while tb is not None and tb.tb_next is not None:
-                tb = tb.tb_next
-            _saw(obj.code, "raise SystemExit", tb.tb_frame if tb is not None else None)
+            frame, _path, line = _raised_in(obj.__traceback__)
+            _saw(obj.code, "raise SystemExit", frame, _lines(obj.__traceback__))
         return
     # No SystemExit in flight: an exit call seen earlier was caught (pytest.raises(SystemExit), a
     # CLI's own test), and the program went on to its end. Its status is not the one the shell sees.
     _status = None
+
+
+def _raised_in(tb):
+    """(frame, file, line) of the innermost place a traceback passed through, but not a signal
+    handler of the program's: an exit raised by a handler is placed in the code the signal
+    interrupted, at the line it stood at then; (None, None, None) for no traceback."""
+    handlers = set()
+    signal = sys.modules.get("signal")
+    if signal is not None:
+        for number in signal.valid_signals():
+            handler = signal.getsignal(number)
+            code = getattr(handler, "__code__", None) if type(handler) is type(_raised_in) else None
+            if code is not None:
+                handlers.add(code)
+    found = (None, None, None)
+    while tb is not None:
+        if tb.tb_frame.f_code not in handlers:
+            found = (tb.tb_frame, tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+        tb = tb.tb_next
+    return found
+
+
+def _lines(tb):
+    """{frame: the line it stood at when the exception passed it}: a traceback's, since a frame
+    that ran a `finally` block on the way out stands at a later line now."""
+    lines = {}
+    while tb is not None:
+        lines[tb.tb_frame] = tb.tb_lineno
+        tb = tb.tb_next
+    return lines
 
 
 def _in_flight(exc):

@@ -283,6 +283,9 @@ class Watchdog:
         fds.strict()  # a process that dumps may be one whose program closes stale descriptors
         if reason.startswith("stall"):
             self.stall_dumps += 1  # runtime/act.py judges after each
+            # Where each thread stood: an exit raised there later ended a call that never returned
+            # (hooks.after_main, through fault.stuck_at()).
+            self.stuck_at = {(f.f_code.co_filename, f.f_lineno) for f in sys._current_frames().values()}
         self._note_title()
         more, count = stacks.lines(shares, skip_ident=threads.get_ident())
         self._quiet("dump", "%s (%d thread%s)" % (reason, count, "" if count == 1 else "s"), more)
