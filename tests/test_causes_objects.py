@@ -111,6 +111,23 @@ def test_a_notify_before_the_wait_is_a_lost_wakeup(tmp_path, logdir):
     leads(res, cause)
 
 
+def test_a_predicate_nothing_can_make_true_is_a_condition_nothing_can_notify(tmp_path, logdir):
+    proc = start([program(tmp_path, """
+    cond = threading.Condition()
+    jobs = []
+    def worker(_):
+        with cond:
+            cond.wait_for(lambda: jobs)  # nothing left appends a job, nor notifies
+    run_all(worker, "worker", 1)
+    """, "pool.py")], logdir, **QUIET)
+    rep, res = stalled_report(logdir, proc)
+    cause = only(rep, "condition-unnotified")
+    assert "thread worker-0 waits in worker at pool.py:" in flat(cause["text"]), cause["text"]
+    assert "in wait_for() for condition `cond` whose predicate is false, and no other live thread refers to it" \
+        in flat(cause["text"])
+    leads(res, cause)
+
+
 def test_a_consumer_whose_producer_ended_quietly_is_told_nothing_can_fill_its_queue(tmp_path, logdir):
     proc = start([program(tmp_path, """
     import queue

@@ -196,6 +196,28 @@ def test_a_thread_started_and_joined_at_import_is_an_import_deadlock(tmp_path, l
     leads(res, cause)
 
 
+def test_an_import_another_thread_started_and_that_never_ends_names_that_thread_and_where_it_waits(tmp_path,
+                                                                                                   logdir):
+    script(tmp_path, """
+        import threading
+        threading.Event().wait()  # a module whose import never ends
+        """, "slowmod.py")
+    proc = start([script(tmp_path, """
+        import threading, time
+        threading.Thread(target=lambda: __import__("slowmod"), name="loader", daemon=True).start()
+        time.sleep(0.3)
+        import slowmod
+        """, "main.py")], logdir, cwd=str(tmp_path), **QUIET)
+    rep, res = stalled_report(logdir, proc)
+    cause = only(rep, "import")
+    assert cause["threads"] == ["MainThread", "loader"]
+    assert "thread MainThread waits to import `slowmod` (<module> at main.py:5), which thread loader is importing, " \
+           "and thread loader itself waits for an unnamed event in <module> at slowmod.py:3" in cause["text"], \
+        cause["text"]
+    assert cause["next"] == "find why the import of `slowmod` does not end in thread loader"
+    leads(res, cause)
+
+
 def test_a_child_forked_while_a_thread_imports_names_the_copied_import_lock(tmp_path, logdir):
     # The child starts workers before it imports: one of them gets the stack, and so the ident,
     # of the parent's loader thread, which the copied lock still names as its owner.

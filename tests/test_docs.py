@@ -7,6 +7,7 @@ import subprocess
 
 from support import ROOT, clean_env
 
+from earlylog.read import registry
 from earlylog.read.registry import KINDS, LINE_KINDS
 from earlylog.runtime.config import KNOBS
 
@@ -36,15 +37,23 @@ def test_readme_knob_table_lists_every_knob_and_no_other():
     assert rows == set(KNOBS)
 
 
-def test_causes_page_names_every_registered_cause_and_no_other():
-    """docs/causes.md has one `- **title** (`kind`)` line per kind read/registry.py declares, with
-    its title, and one `- **title** (verdict line)` per story the verdict tells as a line (LINES)."""
+def test_causes_page_is_the_registry_s_list():
+    """docs/causes.md's list is what read/registry.py declares, each kind's title and doc in the
+    report's order, then each story the verdict tells as a line (LINES): the page is written from
+    the registry by scripts/causes_doc.py, and fails here when one was changed without the other."""
     page = text(os.path.join(ROOT, "docs", "causes.md"))
-    listed = re.findall(r"^- \*\*(.+?)\*\* \(`([a-z0-9-]+)`\)", page, re.M)
-    assert len(listed) == len({kind for _, kind in listed}), "a kind listed twice"
-    assert {kind: title for title, kind in listed} == {k.kind: k.title for k in KINDS.values()}
-    lines = re.findall(r"^- \*\*(.+?)\*\* \(verdict line\)", page, re.M)
-    assert sorted(lines) == sorted(k.title for k in LINE_KINDS.values())
+    listed = [row for row in page.split("\n") if row.startswith("- **")]
+    assert listed == registry.doc_lines(), "run scripts/causes_doc.py"
+    assert len(KINDS) + len(LINE_KINDS) == len(listed)
+
+
+def test_every_registered_cause_has_a_scenario_test():
+    """Each kind of cause is asserted by name (its `kind` in --json) in a test that runs a real program
+    of its kind; a story told as a verdict line is asserted by its words."""
+    tests = "".join(text(os.path.join(ROOT, "tests", name)) for name in os.listdir(os.path.join(ROOT, "tests"))
+                    if name.startswith("test_") and name.endswith(".py") and name != "test_docs.py")
+    untested = [kind for kind in KINDS if '"%s"' % kind not in tests]
+    assert untested == [], untested
 
 
 def test_json_schema_page_names_every_field_of_the_judged_model():

@@ -483,3 +483,19 @@ def test_memory_lines():
     assert records.parse_mem(line) == (3, 95, True)
     assert records.parse_mem(records.mem_line("9 MiB", "838 MiB", None, None, 0)) == (0, None, False)
     assert records.parse_mem(records.mem_line("9 MiB")) == (None, None, False)
+
+
+def test_who_can_change_what_a_thread_waits_on():
+    """reach.py's notes under a wait: the threads that can still change the object, none, and
+    those joining a waiter whose code after the join refers to it; a task's object nothing completes."""
+    for named, others, after, value in [
+            ([("loader", 0x7f1)], 3, [], notes.CanChange((("loader", "0x7f1"),), 1, ())),
+            ([("a b", 0x1), ("c", 0x2)], 3, [], notes.CanChange((("a b", "0x1"), ("c", "0x2")), 2, ())),
+            ([], 2, [], notes.CanChange((), 2, ())),
+            ([], 1, [("MainThread", 0x3)], notes.CanChange((), 1, (("MainThread", "0x3"),)))]:
+        line = notes.can_change(named, others, after)
+        assert line.startswith(notes.INDENT + "can change it: ")
+        assert read_back(line) == value, line
+    assert read_back(notes.can_change([], 2)).none and not read_back(notes.can_change([("x", 1)], 2)).none
+    line = notes.nothing_completes("Task-1")
+    assert read_back(line) == notes.NothingCompletes("Task-1")
