@@ -17,6 +17,7 @@ an exact dict, list, tuple, set or deque, copied by C in one step, a bounded num
 never blocks, never raises."""
 import _collections
 import os
+import sys
 
 from earlylog.runtime import introspect, notes as grammar, threads as our_threads
 
@@ -31,6 +32,10 @@ class _Any:
 
 _METHOD = type(_Any().method)
 _BUILTIN_METHOD = type([].append)  # a C object's bound method: a C Future's set_result
+_CELL = type((lambda value: lambda: value)(0).__closure__[0])  # what a closure keeps a variable in
+# The methods a waiter calls (a bound one lives on its caller's stack during the wait): not a callback.
+_WAITING = ("wait", "wait_for", "acquire", "get", "join", "result", "exception", "__enter__", "__exit__", "_wait")
+MAX_BLOCKS = 20000000  # allocated blocks past which the collector's referrers are not walked
 _MODULE = type(os)
 _CONTAINERS = (dict, list, tuple, set, frozenset, _collections.deque)
 _LIBRARY = (os.path.dirname(os.__file__) + os.sep, os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
@@ -86,8 +91,10 @@ def _changers(ident, kind, obj, frames, threads, waited):
             waiters.add(other)  # (one entering a condition's `with` block waits for its lock, not its notify)
         else:
             others.append((other, frame, found))
-    if _handled(obj):
-        raise _Unknown()  # a signal handler of the program's can change it, whenever the signal comes
+    if _handled(obj) or _registered(obj):
+        # a signal handler of the program's can change it, whenever the signal comes; or a callback
+        # the program stored away can (a library's native thread, a finalizer may call it)
+        raise _Unknown()
     budget, named, after = _Budget(), [], []
     for other, frame, found in others:
         name = (introspect.thread_name(threads.get(other), other), other)
@@ -138,6 +145,32 @@ def _program_code(value, depth, budget):
         return False
     budget.called[id(value)] = depth
     return any(_program_code(item, depth - 1, budget) for item in _items(value, budget))
+
+
+def _registered(obj):
+    """Does a callable hold obj where no thread's stack shows it: a closure over it, a bound method
+    that changes it (`fut.add_done_callback(lambda f: done.set())`, `weakref.finalize(res,
+    done.set)`, a C library's callback that its own threads call), a functools.partial? Read from
+    the collector's referrers of obj (a walk of the heap: about 15 ms a million objects, at dump
+    time only); a heap too large to walk is an unknown answer."""
+    import gc
+    if sys.getallocatedblocks() > MAX_BLOCKS:
+        return True
+    partial = sys.modules.get("functools")
+    partial = vars(partial).get("partial") if partial is not None else None
+    cells = []
+    for ref in gc.get_referrers(obj):
+        kind = type(ref)
+        if kind is _CELL:
+            cells.append(ref)
+        elif (kind is _METHOD or kind is _BUILTIN_METHOD) and ref.__self__ is obj and ref.__name__ not in _WAITING:
+            return True
+        elif partial is not None and kind is partial and any(arg is obj for arg in ref.args):
+            return True
+    # A closure over it: the program's own function's (a library's, threading's Barrier's lambda over
+    # itself, is the library's business). One more walk, for all the cells at once.
+    return bool(cells) and any(type(ref) is _FUNCTION and not _library(ref.__code__.co_filename)
+                               for ref in gc.get_referrers(*cells[:MAX_ITEMS]))
 
 
 def _handled(obj):
@@ -207,6 +240,8 @@ def task_alone(loop, task, pending, frames):
 
 
 def _none_refers(loop, task, target, waits, frames):
+    if _registered(target):
+        return False
     budget = _Budget()
     # (the tasks that await the same object cannot end one another's wait)
     return not any(_refers_frames(other, target, budget) for t, _n, other, theirs in waits

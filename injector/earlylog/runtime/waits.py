@@ -48,8 +48,9 @@ def notes(ident, frame, frames, threads):
             out += [grammar.in_signal_handler(*pair) for pair in signals.interrupted_by(frame)]
         elif kind == "event":
             out += [grammar.set_by(*pair) for pair in signals.handlers(obj)]
-        if kind in _CHANGED and name is not None:
-            # (one no code names, `threading.Event().wait()`, is a wait forever on purpose)
+        if kind in _CHANGED and name is not None and not _shared(obj):
+            # (one no code names, `threading.Event().wait()`, is a wait forever on purpose; one
+            # shared with other processes may be changed there)
             out += reach.lines(ident, kind, obj, frames, threads, _waited)
         elif kind == "import":
             owner = introspect.field(obj, "owner")
@@ -113,6 +114,16 @@ def _waited(frame):
     # `with a, b:` before 3.13 cannot tell its items apart: the ones entered first are held
     # (locked) by this very thread, so the last locked one is the one it waits for.
     return waits[-1] if waits else None
+
+
+def _shared(obj):
+    """Is obj multiprocessing's (its Barrier is threading's subclass over shared memory): other
+    processes wait on it and change it, which no thread of this one shows."""
+    for klass in introspect.mro(type(obj)):
+        module = introspect.class_dict(klass).get("__module__")
+        if type(module) is str and module.startswith("multiprocessing"):
+            return True
+    return False
 
 
 def _import_lock(frame):
