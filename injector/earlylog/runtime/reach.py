@@ -430,12 +430,22 @@ def _value_refers(value, obj, budget, seen, depth, spaces, this=None):
             return _holds(bound, obj, 1, budget)
         value, this = value.__func__, bound
     if type(value) is _FUNCTION:
-        return depth > 0 and not _library(value.__code__.co_filename) and \
+        if depth == 0 or _library(value.__code__.co_filename):
+            return False
+        # its closure's variables (`lambda: event.set()` made in a function), then its code's names
+        return any(_holds(_contents(cell), obj, 1, budget) for cell in value.__closure__ or ()) or \
             _code_refers(value.__code__, value.__globals__, this, obj, budget, seen, depth - 1)
     if depth > 0 and (type(value) is dict or type(value) is list or type(value) is tuple):
         return any((type(item) is _FUNCTION or type(item) is _METHOD) and
                    _value_refers(item, obj, budget, seen, depth - 1, spaces) for item in _items(value, budget))
     return False
+
+
+def _contents(cell):
+    try:
+        return cell.cell_contents  # C: a cell's value, or ValueError while it is empty
+    except ValueError:
+        return None
 
 
 def _library(path):
