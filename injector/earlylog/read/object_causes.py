@@ -1,7 +1,8 @@
 """Causes in the state of the object threads wait on (see causes.py): a barrier that can never
 trip, a semaphore drained by failures that kept their permits, a condition whose notify came
-before the wait (a lost wakeup), a queue nothing can fill, an event nothing can set, an asyncio
-Future nothing can complete (its own `nothing completes:` note). Each rests on
+before the wait (a lost wakeup), a queue nothing can fill, an event nothing can set, and in
+asyncio a Future, Event, Condition or Queue nothing else refers to (its own `nothing completes:`
+note). Each rests on
 two notes of the dump (runtime/notes.py): the object's state under `waits for:` (a barrier's
 parties, a semaphore's permits, `held by:`) and `can change it:` saying that no other live thread
 refers to it (runtime/reach.py, which writes nothing where a thread could still be handed work

@@ -163,7 +163,7 @@ def _registered(obj):
         kind = type(ref)
         if kind is _CELL:
             cells.append(ref)
-        elif (kind is _METHOD or kind is _BUILTIN_METHOD) and ref.__self__ is obj and ref.__name__ not in _WAITING:
+        elif (kind is _METHOD or kind is _BUILTIN_METHOD) and ref.__self__ is obj and _name(ref) not in _WAITING:
             return True
         elif partial is not None and kind is partial and any(arg is obj for arg in ref.args):
             return True
@@ -171,6 +171,15 @@ def _registered(obj):
     # itself, is the library's business). One more walk, for all the cells at once.
     return bool(cells) and any(type(ref) is _FUNCTION and not _library(ref.__code__.co_filename)
                                for ref in gc.get_referrers(*cells[:MAX_ITEMS]))
+
+
+def _name(method):
+    """A bound method's name, read from C only: a Python one's function (not any callable the
+    program bound, whose __getattr__ would run), a C one's own."""
+    if type(method) is _METHOD:
+        func = method.__func__
+        return func.__name__ if type(func) is _FUNCTION else None
+    return method.__name__
 
 
 def _handled(obj):
