@@ -126,8 +126,9 @@ def describe(tid, cpu_share=None):
     letter = state(tid)
     if not letter:
         return ""
-    from earlylog.runtime import notes  # at a stall or dump only: the beats never describe
-    if letter == "R" or (cpu_share is not None and cpu_share >= 0.2):
+    from earlylog.grammar import stalls  # at a stall or dump only: the beats never describe
+    from earlylog.runtime import notes
+    if letter == "R" or (cpu_share is not None and cpu_share >= stalls.BUSY_SHARE):
         return notes.busy(cpu_share, _in_kernel(tid))
     wchan = _read("/proc/self/task/%d/wchan" % tid)
     what = _blocked_in(syscall(tid), wchan)

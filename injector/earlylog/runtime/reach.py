@@ -19,6 +19,7 @@ import _collections
 import os
 import sys
 
+from earlylog.grammar import places
 from earlylog.runtime import introspect, notes as grammar, threads as our_threads
 
 _FUNCTION = type(lambda: None)
@@ -38,7 +39,7 @@ _WAITING = ("wait", "wait_for", "acquire", "get", "join", "result", "exception",
 MAX_BLOCKS = 20000000  # allocated blocks past which the collector's referrers are not walked
 _MODULE = type(os)
 _CONTAINERS = (dict, list, tuple, set, frozenset, _collections.deque)
-_LIBRARY = (os.path.dirname(os.__file__) + os.sep, os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
+_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # earlylog's wrappers (marks.py)
 # Where a thread can be handed work that may refer to anything: a library's worker loop
 # (grammar.WORK), an event loop, a greenlet hub.
 _TAKES_WORK = tuple((suffix, function) for suffix, function, _words in grammar.WORK) + (
@@ -458,4 +459,6 @@ def _contents(cell):
 
 
 def _library(path):
-    return path.startswith(_LIBRARY[0]) or any(part in path for part in _LIBRARY[1:])
+    """The standard library's, an installed package's or earlylog's own code (grammar/places.py's
+    rule, the runtime's and the reader's)."""
+    return path.startswith(_OWN) or places.library(path)
