@@ -409,3 +409,33 @@ def test_a_terminal_a_program_opens_for_its_child_carries_only_the_childs_output
     assert len(texts) == 4, texts  # the parent, two fork children, and the Python they became
     assert sum(" (via fork, " in t for t in texts) == 2
     assert [t for t in texts if "console lines off: a child of earlylog process" in t and "-c 'print(" in t]
+
+
+SUBINTERPRETERS = """
+    import sys, time
+    import importlib
+    interpreters = importlib.import_module("_interpreters" if sys.version_info >= (3, 13) else "_xxsubinterpreters")
+    end = time.monotonic() + 3  # three stall thresholds: the watchdog looks at the threads all along
+    runs = 0
+    while time.monotonic() < end:
+        iid = interpreters.create()
+        interpreters.run_string(iid, "import time; time.sleep(0.05)")
+        interpreters.destroy(iid)
+        runs += 1
+    print("ok", runs > 5)
+"""
+
+
+@pytest.mark.parametrize("minor", [12, 13])
+def test_a_program_that_runs_subinterpreters_is_not_crashed(tmp_path, logdir, minor):
+    """On 3.12+ each interpreter has its own allocator, and sys._current_frames() makes frame
+    objects for every interpreter's threads: called by the watchdog while a subinterpreter ran, it
+    corrupted the heap (`munmap_chunk(): invalid pointer`, then SIGSEGV; CPython's test_sys aborted
+    so in CI). The watchdog's looks skip the moments another interpreter runs."""
+    exe = python_3(minor)
+    if exe is None:
+        pytest.skip("python3.%d is not on this machine" % minor)
+    from earlylog.cli import launch
+    env = {"PYTHONPATH": launch.variables({})["PYTHONPATH"], "EARLYLOG_STALL": "1", "EARLYLOG_DUMP_EVERY": "0.5"}
+    on = run_both([script(tmp_path, SUBINTERPRETERS)], logdir, python=exe, env=env)
+    assert on.returncode == 0 and on.out == "ok True\n", on.err[-2000:]

@@ -6,7 +6,7 @@ import sys
 import time
 from _thread import get_ident
 
-from earlylog.runtime import introspect, kstate, records
+from earlylog.runtime import introspect, kstate, records, threads
 
 # System calls a blocked thread is still at work in: output going out, a connection being made.
 _WORKING_CALLS = ("write", "connect")
@@ -30,7 +30,7 @@ def _look():
     active = introspect.field(threading, "_active") if threading is not None else None
     if type(active) is not dict:
         return []
-    frames = sys._current_frames()
+    frames = threads.current_frames()
     out = []
     for ident, thread in list(active.items()):
         frame = frames.get(ident)

@@ -250,7 +250,8 @@ def _other_thread():
         name = thread._name if thread is not None else "?"
     except Exception:
         pass
-    main = sys._current_frames().get(_main)
+    from earlylog.runtime import threads
+    main = threads.current_frames().get(_main)
     return records.exit_from(name, _where(main) if main is not None else None)
 
 

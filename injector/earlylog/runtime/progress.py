@@ -113,7 +113,7 @@ def check(watchdog, now, silent):
         # The program's one thread and ours: no other thread prints while it is stuck, unless it
         # runs an event loop (in its selector now) or a gevent or eventlet hub, whose other tasks or
         # greenlets may.
-        frames = sys._current_frames()
+        frames = our_threads.current_frames()
         if len(frames) <= 2 and not _beats and \
                 not any(loop_file(f.f_code.co_filename) for f in frames.values()):
             return

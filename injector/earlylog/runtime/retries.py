@@ -6,10 +6,9 @@ every failure (no stall dump comes then). It reads frames and exceptions only: i
 program's code (no repr of the program's objects: only str, int and the built-in exceptions' own
 text), never imports, and holds no program object beyond the one exception each thread was
 handling at the last beat (so that a new one is told from it), which it lets go at the next."""
-import sys
 import time
 
-from earlylog.runtime import records, redact
+from earlylog.runtime import records, redact, threads
 
 QUIET = 60.0      # a thread seen handling nothing new for this long starts a new count
 MIN_FAILURES = 2  # failures caught at one place before a thread is called retrying
@@ -25,8 +24,7 @@ def handling(ident, frame, current=None):
     (sys._current_exceptions); on 3.9, an `except ... as e:` block's name is a local of its frame
     while the block runs (a sleep between tries inside it)."""
     if current is None:
-        read = getattr(sys, "_current_exceptions", None)
-        current = read() if read is not None else None
+        current = threads.current_exceptions()
     if current is not None:
         exc = current.get(ident)
         if type(exc) is tuple:
@@ -138,9 +136,8 @@ def beat(names, every):
 
 
 def _beat(names, every):
-    read = getattr(sys, "_current_exceptions", None)
-    current = read() if read is not None else None
-    frames = sys._current_frames() if current is None else {}
+    current = threads.current_exceptions()
+    frames = threads.current_frames() if current is None else {}
     now, out = time.monotonic(), []
     for ident in (current if current is not None else frames):
         exc = handling(ident, frames.get(ident), current)

@@ -35,7 +35,7 @@ def cpu_shares():
 def lines(shares=None, skip_ident=None):
     """The continuation lines of a `dump:` event, one block per Python thread; (lines, count)."""
     from earlylog.runtime import kstate, phases
-    frames = sys._current_frames()
+    frames = our_threads.current_frames()
     threads = our_threads.program_threads()
     main = our_threads.main_ident()
     natives = our_threads.native_ids()
@@ -147,7 +147,7 @@ def _asyncio_lines(frame):
         sockets += _client_read(frames)
     from earlylog.runtime import reach
     out += [notes.nothing_completes(name) for name in reach.alone(
-        loop, [(task, name, frames) for task, (name, (frames, _end)) in zip(tasks, walks)], sys._current_frames())]
+        loop, [(task, name, frames) for task, (name, (frames, _end)) in zip(tasks, walks)], our_threads.current_frames())]
     # Under the tasks: a thread note, as a blocking socket call's own (read/process_causes.py).
     return out + found + [notes.socket_line(text) for text in sockets[:8]]
 

@@ -118,7 +118,7 @@ class Tracker:
         when `judge`: a silent process is the silence rule's; the thread that makes the training
         steps not while they are `steady`). A step the thread made since the last look is progress,
         wherever the look finds it (each step waits at the same collective)."""
-        frames = sys._current_frames()
+        frames = our_threads.current_frames()
         tids = kstate.kernel_ids()
         me = get_ident()
         seen, stuck, loops, hubs = {}, {}, [], []
@@ -414,7 +414,7 @@ def _judge_task(task, chain, waiter, alone):
 
 def _alone(loop, task, tasks):
     from earlylog.runtime import reach
-    return reach.task_alone(loop, task, [(t, chain) for t, chain, _w in tasks], sys._current_frames())
+    return reach.task_alone(loop, task, [(t, chain) for t, chain, _w in tasks], our_threads.current_frames())
 
 
 def _parked(stack, inner, main, users):
@@ -449,7 +449,7 @@ def waiting_for_work():
     main_ident = our_threads.main_ident()
     tids = kstate.kernel_ids()
     parked = serving = stopping = False
-    for ident, frame in sys._current_frames().items():
+    for ident, frame in our_threads.current_frames().items():
         if ident == get_ident() or our_threads.name_of(ident) is not None:
             continue
         stack, users = _stack(frame)

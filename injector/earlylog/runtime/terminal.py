@@ -29,7 +29,7 @@ def note(tid, frame, main=False):
 def waiting():
     """`waiting for input at the terminal (input()) in ask at ask.py:3` when a thread of this process
     waits for its person at a terminal, else None."""
-    frames = sys._current_frames()
+    frames = threads.current_frames()
     main = threads.main_ident()
     natives = threads.native_ids()
     ours = set(natives) - {main}

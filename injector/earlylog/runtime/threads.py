@@ -306,6 +306,39 @@ def forking_to_exec():
     return False
 
 
+# Modules whose presence means the process may run other interpreters (3.12+ gives each its own
+# memory allocator): their APIs, and the C-API test helpers that make one (run_in_subinterp).
+_INTERPRETER_MODULES = ("_interpreters", "_xxsubinterpreters", "_testcapi", "_testinternalcapi")
+
+
+def current_frames():
+    """sys._current_frames(), or {} while the process runs another interpreter. CPython walks every
+    interpreter's threads there and makes frame objects for theirs, which their interpreter later
+    frees with its own allocator: heap corruption, a crash (`munmap_chunk(): invalid pointer`) in a
+    program that uses subinterpreters (CPython's test_sys aborted so). Our looks skip such moments."""
+    return {} if _other_interpreters() else sys._current_frames()
+
+
+def current_exceptions():
+    """sys._current_exceptions() (3.10+), or None where there is none or another interpreter runs
+    (its exceptions are its own objects: see current_frames())."""
+    read = getattr(sys, "_current_exceptions", None)
+    return None if read is None or _other_interpreters() else read()
+
+
+def _other_interpreters():
+    if sys.version_info < (3, 12) or not any(name in sys.modules for name in _INTERPRETER_MODULES):
+        return False
+    module = sys.modules.get("_interpreters") or sys.modules.get("_xxsubinterpreters")
+    try:
+        if module is None:
+            import importlib
+            module = importlib.import_module("_interpreters" if sys.version_info >= (3, 13) else "_xxsubinterpreters")
+        return len(module.list_all()) > 1
+    except Exception:  # none of its API here: assume another interpreter may run
+        return True
+
+
 def main_ident():
     threading = sys.modules.get("threading")
     if threading is not None and _main[0] is None:

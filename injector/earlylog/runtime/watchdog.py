@@ -28,7 +28,7 @@ def _waiting_for_children(folder):
     reaches the console only to relay a child stuck where that child's own lines do not reach it."""
     from earlylog.runtime import children, procs
     main = threads.main_ident()
-    tid, frame = threads.native_ids().get(main), sys._current_frames().get(main)
+    tid, frame = threads.native_ids().get(main), threads.current_frames().get(main)
     if not tid or frame is None:
         return None, False
     pids, logged, printed = children.waited_children(tid, frame)
@@ -51,7 +51,7 @@ def _waiting_for_peers():
         return None
     from earlylog.runtime import collectives
     main = threads.main_ident()
-    frame = sys._current_frames().get(main)
+    frame = threads.current_frames().get(main)
     found = collectives.words(main, frame) if frame is not None else None
     return "the main thread is " + found if found else None  # stalls.waiting_for_peers()'s words
 
@@ -285,7 +285,7 @@ class Watchdog:
             self.stall_dumps += 1  # runtime/act.py judges after each
             # Where each thread stood: an exit raised there later ended a call that never returned
             # (hooks.after_main, through fault.stuck_at()).
-            self.stuck_at = {(f.f_code.co_filename, f.f_lineno) for f in sys._current_frames().values()}
+            self.stuck_at = {(f.f_code.co_filename, f.f_lineno) for f in threads.current_frames().values()}
         self._note_title()
         more, count = stacks.lines(shares, skip_ident=threads.get_ident())
         self._quiet("dump", "%s (%d thread%s)" % (reason, count, "" if count == 1 else "s"), more)
