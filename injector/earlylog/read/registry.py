@@ -48,9 +48,62 @@ class Finder:
 
 
 _PER_PROCESS = ("process", "stall", "thread")
-# The causes in the state of an object threads wait on: a finished program's wait at exit tells them whole.
-_OBJECT_KINDS = ("barrier-short", "semaphore-drained", "lost-wakeup", "condition-unnotified", "queue-orphaned",
-                 "event-unset", "future-orphaned", "async-unset")
+# The causes in the state of the object threads wait on, and who can still change it
+# (object_causes.py); a finished program's wait at exit (the shutdown cause) tells them whole.
+_OBJECTS = Finder(object_causes.find, "stall", Kind(
+    "barrier-short", THREAD, "barrier that can never trip",
+    "K of a `threading.Barrier`'s N parties wait in `wait()` and no other live thread refers to the barrier "
+    "(the dump's `can change it:` note, see below), so the last parties never come: `barrier `barrier` can "
+    "never trip: 3 of its 4 parties have arrived (threads scan-0, scan-1 and scan-2 wait in scan at "
+    "scan.py:5), and no other live thread refers to it, so the last party never comes; thread MainThread "
+    "waits for them in join`, naming a party that died of an exception; next: make it for as many parties as "
+    "threads that call `wait()`, and give `wait()` a timeout (a missing party then raises "
+    "`BrokenBarrierError` in every party).",
+    supersedes=["join", "stranded"]), Kind(
+    "semaphore-drained", THREAD, "semaphore drained by failures",
+    "a semaphore has no permit free (`0 of its 3`, for a `BoundedSemaphore`), no thread's stack shows one "
+    "taken, and no other live thread refers to it: `acquire()`s whose `release()` never came. Told once for "
+    "every thread waiting on it, with the failures the program reported before the wait (its last output "
+    "lines naming an exception or saying `failed`): `the program reported 3 failures before: \"WARNING upload "
+    "failed: upload 0 refused\" (0.1 s after start), ...`; next: `with slots:` (or `try/finally`) around the "
+    "work that can fail.", supersedes=["lock", "join", "stranded"]), Kind(
+    "lost-wakeup", THREAD, "lost wakeup",
+    "a thread waits in `Condition.wait()` without a predicate, and no other live thread refers to the "
+    "condition: no notify can come, and one made before the wait began was lost; next: keep the state beside "
+    "the condition and `cond.wait_for(lambda: ...)`, which returns at once when the state is already set. "
+    "With a predicate (`wait_for`), the same evidence is told as the next cause.",
+    supersedes=["join", "stranded"]), Kind(
+    "condition-unnotified", THREAD, "condition nothing can notify",
+    "a thread waits in `Condition.wait_for()` and no other live thread refers to the condition: nothing can "
+    "make its predicate true; find the code meant to change the state and notify, and give `wait_for()` a "
+    "timeout.", supersedes=["join", "stranded"]), Kind(
+    "queue-orphaned", THREAD, "queue nothing can fill",
+    "a thread waits in `get()` on a `queue.Queue` that no other live thread refers to: its producer ended "
+    "(returned, or caught its own exception and ended) while other threads print on; next: put a sentinel (or "
+    "the exception) on every path out of the producer, and `get(timeout=...)` with a check of its "
+    "`is_alive()`. A producer that died of an uncaught exception is the **dead thread** cause above, with its "
+    "traceback.",
+    supersedes=["join", "stranded"]), Kind(
+    "event-unset", THREAD, "event nothing can set",
+    "a thread waits for an `Event` that is not set and that no other live thread refers to: find the code "
+    "meant to `set()` it (set it in a `finally`), and give `wait()` a timeout.", supersedes=["join",
+    "stranded"]), Kind(
+    "future-orphaned", THREAD, "asyncio Future nothing can complete",
+    "an asyncio task awaits, in its own code, a bare Future that no other task, no callback or timer of the "
+    "loop, no reader or writer it watches (a transport's protocol, two attributes deep) and no other thread "
+    "refers to: `asyncio task Task-1 awaits a Future in main at client.py:16 that no other task, callback, "
+    "reader or thread refers to: nothing can complete it`; next: find the code meant to call `set_result()` "
+    "(a table of pending replies it was taken out of), and await it under `asyncio.wait_for()`. A Future "
+    "chained to another (`run_in_executor`, `wrap_future`) is never told so, nor one no variable names "
+    "(`await asyncio.Future()`: parked until cancelled, on purpose).",
+    supersedes=["loop-blocked"]), Kind(
+    "async-unset", THREAD, "asyncio Event, Condition or Queue nothing can change",
+    "the same, for an asyncio `Event`, `Condition` or `Queue` (`get()`) a task awaits in its own code: "
+    "`asyncio task Task-1 awaits asyncio.Event `ready` in serve at app.py:9 that no other task, callback, "
+    "reader or thread refers to: nothing can set it`. Tasks awaiting the same object are no help to one "
+    "another.",
+    supersedes=["loop-blocked"]))
+_OBJECT_KINDS = tuple(k.kind for k in _OBJECTS.causes)
 # The waiters' kinds whose finders skip a pair already told, in the order their finders last run.
 _PAIRS = ("queue-join", "pipe-held", "child-died", "shared-lock", "pipe-deadlock", "pipe-full", "child")
 
@@ -91,60 +144,7 @@ FINDERS = (
         "import", THREAD, "import that does not end",
         "a thread waits to import a module another thread is importing, and that thread's import does not end (it "
         "waits for something else, shown): find why, in that thread's frame.")),
-    # --- the state of the object threads wait on, and who can still change it (object_causes.py) ---
-    Finder(object_causes.find, "stall", Kind(
-        "barrier-short", THREAD, "barrier that can never trip",
-        "K of a `threading.Barrier`'s N parties wait in `wait()` and no other live thread refers to the barrier "
-        "(the dump's `can change it:` note, see below), so the last parties never come: `barrier `barrier` can "
-        "never trip: 3 of its 4 parties have arrived (threads scan-0, scan-1 and scan-2 wait in scan at "
-        "scan.py:5), and no other live thread refers to it, so the last party never comes; thread MainThread "
-        "waits for them in join`, naming a party that died of an exception; next: make it for as many parties as "
-        "threads that call `wait()`, and give `wait()` a timeout (a missing party then raises "
-        "`BrokenBarrierError` in every party).",
-        supersedes=["join", "stranded"]), Kind(
-        "semaphore-drained", THREAD, "semaphore drained by failures",
-        "a semaphore has no permit free (`0 of its 3`, for a `BoundedSemaphore`), no thread's stack shows one "
-        "taken, and no other live thread refers to it: `acquire()`s whose `release()` never came. Told once for "
-        "every thread waiting on it, with the failures the program reported before the wait (its last output "
-        "lines naming an exception or saying `failed`): `the program reported 3 failures before: \"WARNING upload "
-        "failed: upload 0 refused\" (0.1 s after start), ...`; next: `with slots:` (or `try/finally`) around the "
-        "work that can fail.", supersedes=["lock", "join", "stranded"]), Kind(
-        "lost-wakeup", THREAD, "lost wakeup",
-        "a thread waits in `Condition.wait()` without a predicate, and no other live thread refers to the "
-        "condition: no notify can come, and one made before the wait began was lost; next: keep the state beside "
-        "the condition and `cond.wait_for(lambda: ...)`, which returns at once when the state is already set. "
-        "With a predicate (`wait_for`), the same evidence is told as the next cause.",
-        supersedes=["join", "stranded"]), Kind(
-        "condition-unnotified", THREAD, "condition nothing can notify",
-        "a thread waits in `Condition.wait_for()` and no other live thread refers to the condition: nothing can "
-        "make its predicate true; find the code meant to change the state and notify, and give `wait_for()` a "
-        "timeout.", supersedes=["join", "stranded"]), Kind(
-        "queue-orphaned", THREAD, "queue nothing can fill",
-        "a thread waits in `get()` on a `queue.Queue` that no other live thread refers to: its producer ended "
-        "(returned, or caught its own exception and ended) while other threads print on; next: put a sentinel (or "
-        "the exception) on every path out of the producer, and `get(timeout=...)` with a check of its "
-        "`is_alive()`. A producer that died of an uncaught exception is the **dead thread** cause above, with its "
-        "traceback.",
-        supersedes=["join", "stranded"]), Kind(
-        "event-unset", THREAD, "event nothing can set",
-        "a thread waits for an `Event` that is not set and that no other live thread refers to: find the code "
-        "meant to `set()` it (set it in a `finally`), and give `wait()` a timeout.", supersedes=["join",
-        "stranded"]), Kind(
-        "future-orphaned", THREAD, "asyncio Future nothing can complete",
-        "an asyncio task awaits, in its own code, a bare Future that no other task, no callback or timer of the "
-        "loop, no reader or writer it watches (a transport's protocol, two attributes deep) and no other thread "
-        "refers to: `asyncio task Task-1 awaits a Future in main at client.py:16 that no other task, callback, "
-        "reader or thread refers to: nothing can complete it`; next: find the code meant to call `set_result()` "
-        "(a table of pending replies it was taken out of), and await it under `asyncio.wait_for()`. A Future "
-        "chained to another (`run_in_executor`, `wrap_future`) is never told so, nor one no variable names "
-        "(`await asyncio.Future()`: parked until cancelled, on purpose).",
-        supersedes=["loop-blocked"]), Kind(
-        "async-unset", THREAD, "asyncio Event, Condition or Queue nothing can change",
-        "the same, for an asyncio `Event`, `Condition` or `Queue` (`get()`) a task awaits in its own code: "
-        "`asyncio task Task-1 awaits asyncio.Event `ready` in serve at app.py:9 that no other task, callback, "
-        "reader or thread refers to: nothing can set it`. Tasks awaiting the same object are no help to one "
-        "another.",
-        supersedes=["loop-blocked"])),
+    _OBJECTS,
     Finder(thread_causes.waits, "thread", Kind(
         "lock", THREAD, "lock held by thread X",
         "the waiter, the lock's name and the holder's frame: look at why X keeps it."), "fork-lock", Kind(

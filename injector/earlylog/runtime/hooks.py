@@ -310,8 +310,7 @@ def after_main():
         if obj is None:
             continue
         if _status is None or _status[0] != _code(obj.code):  # keep "sys.exit" when it was
-            frame, _path, line = _raised_in(obj.__traceback__)
-            _saw(obj.code, "raise SystemExit", frame, _lines(obj.__traceback__))
+            _saw(obj.code, "raise SystemExit", _raised_in(obj.__traceback__)[0], _lines(obj.__traceback__))
         return
     # No SystemExit in flight: an exit call seen earlier was caught (pytest.raises(SystemExit), a
     # CLI's own test), and the program went on to its end. Its status is not the one the shell sees.

@@ -38,8 +38,8 @@ _CELL = type((lambda value: lambda: value)(0).__closure__[0])  # what a closure 
 _WAITING = ("wait", "wait_for", "acquire", "get", "join", "result", "exception", "__enter__", "__exit__", "_wait")
 MAX_BLOCKS = 20000000  # allocated blocks past which the collector's referrers are not walked
 _MODULE = type(os)
-_CONTAINERS = (dict, list, tuple, set, frozenset, _collections.deque)
 _OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # earlylog's wrappers (marks.py)
+_CONTAINERS = (dict, list, tuple, set, frozenset, _collections.deque)
 # Where a thread can be handed work that may refer to anything: a library's worker loop
 # (grammar.WORK), an event loop, a greenlet hub.
 _TAKES_WORK = tuple((suffix, function) for suffix, function, _words in grammar.WORK) + (
@@ -66,19 +66,33 @@ class _Budget:
         self.called = {}  # ... and read for the program's code to call (_calls_back)
 
 
-def lines(ident, kind, obj, frames, threads, waited):
+def lines(ident, kind, obj, frames, threads, waited, reached=None):
     """The `can change it:` note for the object `obj` thread `ident` waits on (a wait of `kind`), or
     [] where that cannot be known or the wait is a library's own (a multiprocessing Queue's feeder
     thread on its condition: the objects around it are the library's, deeper than this reads).
     frames: sys._current_frames(); threads: {ident: threading.Thread}; waited: waits._waited (frame
-    -> (kind, object, name, method) or None)."""
+    -> (kind, object, name, method) or None); reached: one dump's {(id of obj, kind): its note
+    lines}, which every waiter on it shares (the search and its walk of the heap, once)."""
     try:
         caller = next((f for f in introspect.outward(frames[ident], MAX_FRAMES)
                        if not f.f_code.co_filename.endswith(_WAIT_FILES)), None)
         if caller is None or _library(caller.f_code.co_filename):
             return []
+        key = (id(obj), kind)  # obj lives while its waiters wait: its id is its own for the dump
+        if reached is None or key not in reached:
+            found = _changed_by(ident, kind, obj, frames, threads, waited)
+            if reached is None:
+                return found
+            reached[key] = found
+        return reached[key]
+    except Exception:  # a frame or object not foreseen: no note rather than a wrong one
+        return []
+
+
+def _changed_by(ident, kind, obj, frames, threads, waited):
+    try:
         return [grammar.can_change(*_changers(ident, kind, obj, frames, threads, waited))]
-    except Exception:  # _Unknown, or a frame or object not foreseen: no note rather than a wrong one
+    except _Unknown:
         return []
 
 
@@ -232,21 +246,27 @@ def alone(loop, pending, frames):
 
 
 def _alone(loop, pending, frames):
-    waits = [(task, name, coro_frames, _awaited(task, coro_frames)) for task, name, coro_frames in pending]
+    waits = _waits(pending)
     return [name for task, name, _frames, target in waits
             if target is not None and _none_refers(loop, task, target, waits, frames)]
 
 
 def task_alone(loop, task, pending, frames):
-    """Is what `task` awaits in its own code something nothing else can complete (as alone())? The
-    watchdog asks once, of a task that stood at an asyncio Event's or Queue's wait for a whole stall
-    (runtime/stuck.py: such a wait is a service's otherwise). Never raises."""
+    """Is what `task` awaits in its own code something nothing else can complete (as alone(), with
+    the same `pending`)? The watchdog asks once, of a task that stood at an asyncio Event's or
+    Queue's wait for a whole stall (runtime/stuck.py: such a wait is a service's otherwise). Never
+    raises."""
     try:
-        waits = [(t, None, coro_frames, _awaited(t, coro_frames)) for t, coro_frames in pending]
+        waits = _waits(pending)
         target = next((theirs for t, _n, _f, theirs in waits if t is task), None)
         return target is not None and _none_refers(loop, task, target, waits, frames)
     except Exception:
         return False
+
+
+def _waits(pending):
+    """[(task, name, its coroutine frames, what it awaits that another must complete, or None)]."""
+    return [(task, name, coro_frames, _awaited(task, coro_frames)) for task, name, coro_frames in pending]
 
 
 def _none_refers(loop, task, target, waits, frames):
@@ -353,8 +373,7 @@ def _takes_work(frame):
 
 def _refers(frame, obj, budget):
     """Does a frame of this stack hold obj, or name it in its code or the functions that code names?"""
-    seen = set()
-    return any(_frame_refers(f, obj, budget, seen) for f in introspect.outward(frame, MAX_FRAMES))
+    return _refers_frames(introspect.outward(frame, MAX_FRAMES), obj, budget)
 
 
 def _frame_refers(f, obj, budget, seen):
@@ -436,8 +455,9 @@ def _value_refers(value, obj, budget, seen, depth, spaces, this=None):
         return True
     if type(value) is _METHOD or type(value) is _BUILTIN_METHOD:
         bound = value.__self__
-        if _holds(bound, obj, 1, budget) or type(value) is _BUILTIN_METHOD:
-            return _holds(bound, obj, 1, budget)
+        held = _holds(bound, obj, 1, budget)  # once: asked again, the budget says it was read, and no
+        if held or type(value) is _BUILTIN_METHOD:
+            return held
         value, this = value.__func__, bound
     if type(value) is _FUNCTION:
         if depth == 0 or _library(value.__code__.co_filename):

@@ -40,7 +40,7 @@ def lines(shares=None, skip_ident=None):
     main = our_threads.main_ident()
     natives = our_threads.native_ids()
     shares = shares or {}
-    out = []
+    out, reached = [], {}  # (who can change each waited object: one search for all its waiters)
     for ident, frame in sorted(frames.items(), key=lambda item: item[0] != main):
         if ident == skip_ident:
             continue
@@ -57,7 +57,7 @@ def lines(shares=None, skip_ident=None):
                      lambda: _handles(state) if ident == main else [],
                      lambda: _terminal(tid, frame, ident == main) if tid else [],
                      lambda: [notes.phase(phases.describe(ident))] if phases.describe(ident) else [],
-                     lambda: waits.notes(ident, frame, frames, threads),
+                     lambda: waits.notes(ident, frame, frames, threads, reached),
                      lambda: _collective(ident, frame),
                      lambda: peers.lines(tid, ident, frame) if tid else [],
                      lambda: retries.lines(ident, frame),

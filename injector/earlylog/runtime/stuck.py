@@ -414,7 +414,7 @@ def _judge_task(task, chain, waiter, alone):
 
 def _alone(loop, task, tasks):
     from earlylog.runtime import reach
-    return reach.task_alone(loop, task, [(t, chain) for t, chain, _w in tasks], our_threads.current_frames())
+    return reach.task_alone(loop, task, [(t, None, chain) for t, chain, _w in tasks], our_threads.current_frames())
 
 
 def _parked(stack, inner, main, users):

@@ -30,9 +30,10 @@ _KNOWN = (("threading.BoundedSemaphore", "threading", "BoundedSemaphore"),
 _CHANGED = ("semaphore", "condition", "event", "barrier", "queue", "future")
 
 
-def notes(ident, frame, frames, threads):
+def notes(ident, frame, frames, threads, reached=None):
     """Dump lines for thread `ident` whose innermost frame is `frame`; frames is
-    sys._current_frames(), threads {ident: threading.Thread}."""
+    sys._current_frames(), threads {ident: threading.Thread}; reached: one dump's {id of a waited
+    object: who can change it}, so that its waiters share one search (runtime/reach.py)."""
     try:
         found = _waited(frame)
         if found is None:
@@ -48,10 +49,6 @@ def notes(ident, frame, frames, threads):
             out += [grammar.in_signal_handler(*pair) for pair in signals.interrupted_by(frame)]
         elif kind == "event":
             out += [grammar.set_by(*pair) for pair in signals.handlers(obj)]
-        if kind in _CHANGED and name is not None and not _shared(obj):
-            # (one no code names, `threading.Event().wait()`, is a wait forever on purpose; one
-            # shared with other processes may be changed there)
-            out += reach.lines(ident, kind, obj, frames, threads, _waited)
         elif kind == "import":
             owner = introspect.field(obj, "owner")
             if type(owner) is int and owner:
@@ -66,6 +63,10 @@ def notes(ident, frame, frames, threads):
                     out.append(grammar.held_by(who))
                 else:
                     out.append(grammar.held_by(grammar.gone_thread(owner)))
+        if kind in _CHANGED and name is not None and not _shared(obj):
+            # (one no code names, `threading.Event().wait()`, is a wait forever on purpose; one
+            # shared with other processes may be changed there)
+            out += reach.lines(ident, kind, obj, frames, threads, _waited, reached)
         return out
     except Exception:  # a frame or object we did not foresee: the dump goes on without these lines
         return []
