@@ -2,6 +2,7 @@
 a program that closes a stale number (a double close) never closes one of ours, and earlylog never
 closes one of the program's. Real programs with EARLYLOG=1 and dumps every second."""
 import ast
+import json
 import os
 import re
 import subprocess
@@ -18,9 +19,8 @@ DUMPS = {"EARLYLOG_STALL": "1", "EARLYLOG_DUMP_EVERY": "1", "EARLYLOG_CONSOLE": 
 
 # Frees a pipe, runs a long gc.collect() (the GIL held, our threads waiting for it), then closes
 # the freed numbers again, and checks its own fresh pipe is still its own. Without earlylog no
-# such close ever succeeds. The first 2 s are quiet: the first of earlylog's threads to need its
-# descriptor helper imports it and ctypes in that time, through the import system's own low
-# descriptors (the one window left, docs/design.md#our-fds-sit-high).
+# such close ever succeeds. It starts at the program's first line: earlylog's threads start up,
+# import their modules and run the probes meanwhile (docs/design.md#our-fds-sit-high).
 STRESS = """
 import gc, os, sys, time
 seconds, quiet = float(sys.argv[1]), float(sys.argv[2])
@@ -57,7 +57,7 @@ while time.monotonic() < end:
     rounds += 1
 print("stale closes %d, own pipes lost %d, %s" % (stale, lost, "rounds" if rounds > 10 else "too few rounds"))
 """
-SECONDS, QUIET = 10, 2
+SECONDS, QUIET = 10, 0
 
 
 def _stress(tmp_path, logdir, enabled):
@@ -87,6 +87,50 @@ def test_double_close_never_closes_ours(tmp_path, logdir, load):
     # Dumps and memory lines went on all through the stress (every second, and at 1, 2, 4, 8 s of silence).
     assert text.count(" dump: ") >= SECONDS, text[-3000:]
     assert " mem: rss " in text
+
+
+# From the program's first line: every call of a thread of ours that makes a descriptor at the
+# lowest free number and lets the GIL go (the audit events of open, os.open, listdir, scandir,
+# socket), and every descriptor below HIGH_FD that the main thread finds open (its own listing's
+# aside), while probes, dumps (every 0.5 s, stalls at 1 s) and memory lines run.
+AUDIT = """
+import _thread, json, os, sys, time
+main, pid = _thread.get_ident(), os.getpid()
+MAKERS = {"open", "os.listdir", "os.scandir", "socket.__new__", "os.fork", "subprocess.Popen", "mmap.__new__"}
+made = []
+def hook(event, args):
+    if event in MAKERS and _thread.get_ident() != main:
+        made.append("%s %r" % (event, args[:2]))
+sys.addaudithook(hook)
+def low():
+    found = {}
+    for name in os.listdir("/proc/self/fd"):
+        if 2 < int(name) < 512:
+            try:
+                found[int(name)] = os.readlink("/proc/self/fd/" + name)
+            except OSError:  # the listing's own descriptor, closed by now
+                pass
+    return found
+held = low()
+end = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    held.update(low())
+    time.sleep(0.005)
+print(json.dumps({"made": made, "held": held}))
+"""
+
+
+def test_start_up_descriptor_audit(tmp_path, logdir):
+    """Nothing of earlylog's holds or opens a descriptor below HIGH_FD while the program can run,
+    from its first line on: each new descriptor of our threads is made and moved up in one C call."""
+    path = script(tmp_path, AUDIT, "audit.py")
+    env = dict(DUMPS, EARLYLOG_DUMP_EVERY="0.5")
+    result = run_python([path, "4"], logdir=logdir, env=env, timeout=60)
+    assert result.returncode == 0, result.err[-2000:]
+    audit = json.loads(result.out)
+    assert audit == {"made": [], "held": {}}, audit
+    text = "".join(read(p) for p in log_files(str(logdir)))
+    assert text.count(" dump: ") >= 4 and " mem: rss " in text and " probe: " in text, text[-3000:]
 
 
 LIVE = """
@@ -164,7 +208,7 @@ def test_fork_child_reads_its_own_proc_files(tmp_path, logdir):
 
 
 # Calls that make a descriptor (at the lowest free number) and where the runtime may make them
-# outside runtime/fds.py: start-up code only, which runs before the program's code (or in a fork
+# outside runtime/fds.py and libc.py: start-up code only, which runs before the program's code (or in a fork
 # child before it goes on), so no program code can close a stale number meanwhile.
 MAKERS = re.compile(r"\b(?:os\.open|os\.dup|os\.pipe|os\.listdir|os\.scandir|os\.memfd_create|os\.fdopen|"
                     r"socket\.socket|socketpair|create_connection|linecache\.getlines?|open)\(")
@@ -185,7 +229,7 @@ def _makers():
     """{(file, innermost function): [lines]} of the calls that make a descriptor, outside fds.py."""
     found = {}
     for name in sorted(os.listdir(RUNTIME)):
-        if not name.endswith(".py") or name == "fds.py":
+        if not name.endswith(".py") or name in ("fds.py", "libc.py"):
             continue
         with open(os.path.join(RUNTIME, name), encoding="utf-8") as f:
             source = f.read()

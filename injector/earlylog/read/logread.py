@@ -98,7 +98,7 @@ class Proc:
         self.printed = None
         self.printing = None    # a Block
         self.task_deaths = []   # TaskDied: asyncio's "Task exception was never retrieved" reports
-        self.unretrieved = None  # one being read: [time, name, coroutine, exception, traceback before]
+        self.unretrieved = None  # the _Unretrieved report being read
         self.block = None       # the Block whose `| ` lines are being read
         # (call, argv words) of an exec record with nothing of the program after it: os.exec*
         # replaced the program with one that writes nothing here (a shell, a binary).
@@ -609,21 +609,30 @@ def _printed_traceback(p, line):
         p.printing = None
 
 
+class _Unretrieved:
+    """asyncio's report being read: when it began, the task's name, coroutine and exception (from
+    its `future:` line; None before), and the traceback printed before it (not the task's own)."""
+    __slots__ = ("when", "task", "before")
+
+    def __init__(self, when, before):
+        self.when, self.task, self.before = when, None, before
+
+
 def _unretrieved(p, when, line):
     """Follow asyncio's "Task exception was never retrieved" report: its `future:` line names the
     task, and the traceback after it (read by _printed_traceback) is where the task died."""
     seen = p.unretrieved
     if line == _UNRETRIEVED:
-        p.unretrieved = [when, None, None, None, p.printed]
-    elif seen is not None and seen[1] is None:
+        p.unretrieved = _Unretrieved(when, p.printed)
+    elif seen is not None and seen.task is None:
         m = _FUTURE.match(line)
         if m:
-            seen[1:4] = m.groups()
+            seen.task = m.groups()
         else:
             p.unretrieved = None
     elif seen is not None and p.printing is None:
-        if p.printed is not seen[4]:
-            died = TaskDied(seen[1], seen[2], seen[3], p.printed.frames, seen[0])
+        if p.printed is not seen.before:
+            died = TaskDied(*seen.task, p.printed.frames, seen.when)
             p.task_deaths = (p.task_deaths + [died])[-MAX_KEPT:]
         p.unretrieved = None
 

@@ -222,7 +222,7 @@ class Act:
     def _start_judge(self, purpose):
         if not os.path.isfile(os.path.join(ROOT, "earlylog", "cli", "judge.py")):
             # `earlylog run`/`env` put a copy of the runtime alone on PYTHONPATH: no reader to judge with.
-            self.watchdog._quiet("WARNING", "EARLYLOG_ON_STALL and EARLYLOG_STALL_EXIT need earlylog installed in "
+            self.watchdog.say("WARNING", "EARLYLOG_ON_STALL and EARLYLOG_STALL_EXIT need earlylog installed in "
                                          "this interpreter (`earlylog install`); the runtime copy at %s has no "
                                          "judge; they are off" % ROOT, console=True)
             self.command, self.exit_after = "", 0.0
@@ -311,4 +311,4 @@ class Act:
             pass
 
     def _note(self, text):
-        self.watchdog._quiet("note", text, console=False)
+        self.watchdog.say("note", text, console=False)

@@ -40,8 +40,9 @@ def _features():
 def _watchdog(logger):
     """faulthandler is aimed at the log now, from the main thread; the watchdog thread loads its
     own module (docs/design.md#the-watchdog-loads-in-its-thread)."""
-    from earlylog.runtime import fault, threads
+    from earlylog.runtime import fault, imports, threads
     armed = fault.start(logger)
+    threads.before_imports(imports.own_threads)
     if armed.threaded:
         threads.start("earlylog-watchdog", _watch, armed)
         _watching[0] = os.getpid()

@@ -1,123 +1,35 @@
 """Every descriptor the runtime's threads and its exit path make (opens, folder listings, duplicates,
-pipes, sockets), at FLOOR and up, never at a number the program may reuse
+pipes, sockets), at FLOOR and up (runtime/libc.py), never at a number the program may reuse
 (docs/design.md#our-fds-sit-high). A program that closes a stale number (a double close) must never
 close one of ours, and we must never close a number the program may since have taken: a kernel
 gives every new descriptor the lowest free number, so ours would be the very one just freed.
 - Files read again and again (the watchdog's /proc/self/... files, cgroup counters) are opened once
   per process (keep=True) and re-read with os.pread; a fork child opens its own.
-- A new descriptor (an open, pipe, memfd, socket) is made by libc through ctypes.PyDLL, which
-  keeps the GIL, and moved up in the same C call (_in_one_call): no Python code of the program runs
-  between the making and the close of its low number. Modules our threads import are read the
-  same way (imports._read_high), and so are source files for dumps (getlines, not linecache).
+- A new descriptor (an open, pipe, memfd, socket) is made by libc with the GIL held and moved up in
+  the same C call (libc.in_one_call): no Python code of the program runs between the making and
+  the close of its low number. Modules our threads import are read the same way (imports.py), and
+  so are source files for dumps (getlines, not linecache).
 - A duplicate of a program's fd is made high by the kernel (F_DUPFD_CLOEXEC): no low number at all.
 - A folder is listed with getdents64 on a high descriptor: os.listdir and os.scandir open and close
   a low one, and let the program run in between.
-Without ctypes, and for a path that may be slow to open (on a network filesystem, or no plain file
-or folder: the GIL must not wait on it), the low number is closed only once a check says it still
-names what we opened (docs/design.md#our-fds-sit-high says what window remains).
-It imports nothing at module level but os and sys (it is never on the start-up path); its first
-use imports ctypes and fcntl: our threads call it first under threads.gated."""
+Without libc (not Linux, no _ctypes), and for a path that may be slow to open (on a network
+filesystem, or no plain file or folder: the GIL must not wait on it), the low number is closed only
+once a check says it still names what we opened (docs/design.md#our-fds-sit-high says what window
+remains). It imports nothing at module level but os, sys and libc; never on the start path."""
 import os
 import sys
 
-from earlylog.runtime.state import HIGH_FD
+from earlylog.runtime import libc
 
-# Above the first numbers from HIGH_FD, where start-up puts each process's log file and console: a
-# fork child inherits the descriptors we keep and must still find its own place there.
-FLOOR = HIGH_FD + 64
-LOW_FLOOR = 10        # where the open-files limit is at or under FLOOR (sinks._high_fd does the same)
 MAX_KEPT = 64         # descriptors kept open for re-reading; past it a file is opened for each read
 MAX_SOURCES = 64      # source files getlines keeps where the program has not imported linecache
-F_DUPFD_CLOEXEC = 1030
 # Filesystems whose open may wait on a server or another process: opened with the GIL let go.
 REMOTE = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "lustre", "gpfs", "9p", "afs", "glusterfs",
           "beegfs", "ncpfs", "coda", "davfs", "sshfs")
 _mounts = {}          # pid -> {(major, minor): filesystem type} from /proc/self/mountinfo
 _FAST = ("/proc/", "/sys/", "/dev/")  # in-memory filesystems: an open never waits, so it may keep the GIL
-_GETDENTS64 = {"x86_64": 217, "aarch64": 61}.get(os.uname().machine) if hasattr(os, "uname") else None
 _kept = {}            # path -> descriptor, opened by the process _kept_pid names
 _kept_pid = [None]
-_libc = []            # [(PyDLL, CDLL, ctypes) or None] once loaded
-_loading = []         # the threads importing ctypes now
-_wanted = [False]     # a dump was asked for: from now on new descriptors come through libc (strict())
-
-
-def strict():
-    """From the first stall or on-demand dump on, make new descriptors through libc in one C call
-    (loading ctypes then). Until then the plain, checked open serves: a process that never dumps
-    never loads ctypes (0.7 MiB, and a dozen module files read at low numbers as it loads, which a
-    child's descriptor listing at that moment would see)."""
-    _wanted[0] = True
-
-
-def _c():
-    """libc through ctypes (PyDLL keeps the GIL during a call, CDLL lets it go), or None: None
-    until strict() was called."""
-    if not _wanted[0]:
-        return None
-    if not _libc:
-        import _thread
-        me = _thread.get_ident()
-        if me in _loading:
-            return None  # ctypes's own files, read while this thread imports it (imports._read_high)
-        _loading.append(me)  # another of our threads waits on the import's lock meanwhile
-        try:
-            if not sys.platform.startswith("linux"):
-                raise ImportError("Linux only")
-            import ctypes
-            if not _libc:  # another thread may have loaded it while this one waited for the import
-                _libc.append((ctypes.PyDLL(None, use_errno=True), ctypes.CDLL(None, use_errno=True), ctypes))
-        except (ImportError, OSError, AttributeError):
-            if not _libc:
-                _libc.append(None)
-        finally:
-            _loading.remove(me)
-    return _libc[0]
-
-
-def _error(ctypes, what=None):
-    code = ctypes.get_errno()
-    return OSError(code, os.strerror(code), what) if what else OSError(code, os.strerror(code))
-
-
-def _in_one_call(c, make, args, count=1):
-    """make(*args), a libc call (PyDLL: it keeps the GIL) that makes `count` new descriptors (returned,
-    or for count 2 written into args[0], as pipe2 does), then each one's duplicate at FLOOR or up
-    and the close of the low one: (make's result, its errno, [high duplicates or -1]). All of it in
-    one C call: zip pulls lazy maps, so no Python bytecode runs in between, the GIL is never let go,
-    and no Python code of the program (which could close a stale number, the new one) runs while a
-    low number is ours. A failed make leaves -1s: fcntl and close of -1 do nothing."""
-    import itertools
-    pydll, _, ctypes = c
-    for floor in (FLOOR, LOW_FLOOR):  # LOW_FLOOR where the open-files limit is at or under FLOOR
-        made = itertools.starmap(make, [args])
-        if count == 1:
-            first, low_a, low_b = itertools.tee(made, 3)
-            lows = [(low_a, low_b)]
-        else:
-            first, ends = made, args[0]
-            lows = [(map(ends.__getitem__, [i]), map(ends.__getitem__, [i])) for i in range(count)]
-        steps = [first, itertools.starmap(ctypes.get_errno, [()])]
-        for low_a, low_b in lows:
-            steps += [map(pydll.fcntl, low_a, [F_DUPFD_CLOEXEC], [floor]), map(pydll.close, low_b)]
-        done = next(zip(*steps))  # the one C call
-        result, err, highs = done[0], done[1], list(done[2::2])
-        if result < 0 or min(highs) >= 0:
-            return result, err, highs
-        for high in highs:
-            if high >= 0:
-                os.close(high)
-        if count == 2:
-            args[0][0] = args[0][1] = -1
-    return result, 24, highs  # EMFILE: no number free up there
-
-
-def _made(c, make, args, what=None):
-    """The high descriptor that make(*args) made (see _in_one_call); raises OSError."""
-    result, err, highs = _in_one_call(c, make, args)
-    if result < 0 or highs[0] < 0:
-        raise OSError(err, os.strerror(err), what) if what else OSError(err, os.strerror(err))
-    return highs[0]
 
 
 def dup(fd):
@@ -125,11 +37,11 @@ def dup(fd):
     no low number at any moment. Raises OSError."""
     import fcntl
     try:
-        return fcntl.fcntl(fd, F_DUPFD_CLOEXEC, FLOOR)
+        return fcntl.fcntl(fd, libc.F_DUPFD_CLOEXEC, libc.FLOOR)
     except OSError as exc:
         if exc.errno != 22:  # EINVAL: FLOOR is past the open-files limit
             raise
-        return fcntl.fcntl(fd, F_DUPFD_CLOEXEC, LOW_FLOOR)
+        return fcntl.fcntl(fd, libc.F_DUPFD_CLOEXEC, libc.LOW_FLOOR)
 
 
 def _identity(st):
@@ -137,7 +49,7 @@ def _identity(st):
 
 
 def _lift_checked(low, want):
-    """The high duplicate of our new low descriptor, made without ctypes: the low one is closed only
+    """The high duplicate of our new low descriptor, made without libc: the low one is closed only
     while it still names want ((device, inode) of what we made), never once the program closed it
     and took its number; the short window between that check and the close remains."""
     try:
@@ -181,7 +93,7 @@ def _local(dev):
 def open(path, flags=os.O_RDONLY):
     """A descriptor on path at FLOOR or up (close-on-exec; the caller closes it). Raises OSError."""
     flags |= os.O_CLOEXEC
-    c, st = _c(), None
+    c, st = libc.bound(), None
     if c is not None and not path.startswith(_FAST):
         # Elsewhere an open may wait (a FIFO for a writer, a network filesystem for its server):
         # with the GIL held only a plain file or folder on a local filesystem.
@@ -191,14 +103,14 @@ def open(path, flags=os.O_RDONLY):
             c = None
         flags |= os.O_NONBLOCK  # no wait on a device or FIFO put there since the stat
     if c is not None:
-        return _made(c, c[0].open, (os.fsencode(path), flags), path)
+        return libc.made(c, c.keep.open, (os.fsencode(path), flags), path)
     want = _identity(st or os.stat(path))
     return _lift_checked(os.open(path, flags), want)
 
 
 def pipe():
     """(read end, write end), both at FLOOR or up and close-on-exec. Raises OSError."""
-    c = _c()
+    c = libc.bound()
     if c is None:
         r, w = os.pipe()
         want_r, want_w = _identity(os.fstat(r)), _identity(os.fstat(w))
@@ -212,9 +124,8 @@ def pipe():
         except OSError:
             os.close(high_r)
             raise
-    ctypes = c[2]
-    ends = (ctypes.c_int * 2)(-1, -1)  # -1s, never 0 and 1, if pipe2 fails
-    result, err, highs = _in_one_call(c, c[0].pipe2, (ends, os.O_CLOEXEC), 2)
+    ends = (c.c_int * 2)(-1, -1)  # -1s, never 0 and 1, if pipe2 fails
+    result, err, highs = libc.in_one_call(c, c.keep.pipe2, (ends, os.O_CLOEXEC), 2)
     if result < 0 or min(highs) < 0:
         raise OSError(err, os.strerror(err))
     return highs[0], highs[1]
@@ -222,22 +133,22 @@ def pipe():
 
 def memfd(name):
     """An anonymous file (memfd_create) at FLOOR or up, close-on-exec. Raises OSError."""
-    c = _c()
-    if c is None or not hasattr(c[0], "memfd_create"):
+    c = libc.bound()
+    if c is None or not hasattr(c.keep, "memfd_create"):
         low = os.memfd_create(name, os.MFD_CLOEXEC)
         return _lift_checked(low, _identity(os.fstat(low)))
-    return _made(c, c[0].memfd_create, (os.fsencode(name), 1))  # MFD_CLOEXEC
+    return libc.made(c, c.keep.memfd_create, (os.fsencode(name), 1))  # MFD_CLOEXEC
 
 
 def socket(family, kind):
     """A new socket.socket(family, kind) whose descriptor sits at FLOOR or up. Raises OSError."""
     import socket as _socket
-    c = _c()
+    c = libc.bound()
     if c is None:
         low = _socket.socket(family, kind).detach()
         fd = _lift_checked(low, _identity(os.fstat(low)))
     else:
-        fd = _made(c, c[0].socket, (int(family), int(kind) | 0o2000000, 0))  # SOCK_CLOEXEC
+        fd = libc.made(c, c.keep.socket, (int(family), int(kind) | 0o2000000, 0))  # SOCK_CLOEXEC
     try:
         return _socket.socket(family, kind, fileno=fd)
     except (OSError, ValueError):
@@ -255,17 +166,6 @@ def socket_of(fd):
     except (OSError, ValueError):
         os.close(high)
         raise
-
-
-def _read_at(fd, limit):
-    chunks, size = [], 0
-    while size < limit:
-        chunk = os.pread(fd, min(65536, limit - size), size)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
 
 
 def _kept_fd(path):
@@ -309,7 +209,7 @@ def read(path, limit=1 << 20, keep=False):
             if fd is None:
                 break  # MAX_KEPT reached: read it the short way
             try:
-                return _read_at(fd, limit)
+                return libc.read_all(fd, limit)
             except OSError:
                 _drop(path)
         else:
@@ -319,7 +219,7 @@ def read(path, limit=1 << 20, keep=False):
     except OSError:
         return None
     try:
-        return _read_at(fd, limit)
+        return libc.read_all(fd, limit)
     except OSError:
         return None
     finally:
@@ -345,7 +245,7 @@ def read_file(path):
     """The whole file's bytes, as importlib's loaders read a module (their get_data); raises OSError."""
     fd = open(path)
     try:
-        return _read_at(fd, 1 << 62)
+        return libc.read_all(fd)
     finally:
         os.close(fd)
 
@@ -360,30 +260,108 @@ def forget(folder, names):
 
 def listdir(path):
     """os.listdir(path) through a high descriptor (getdents64). Raises OSError as os.listdir does."""
-    c = _c()
-    if c is None or _GETDENTS64 is None:
+    c = libc.bound()
+    if c is None or c.getdents64 is None:
         return os.listdir(path)
-    _, cdll, ctypes = c
     fd = open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        size = 32768
-        buf = ctypes.create_string_buffer(size)
-        names = []
-        while True:
-            n = cdll.syscall(_GETDENTS64, fd, buf, size)  # CDLL lets the GIL go: fd is ours, high
-            if n < 0:
-                raise _error(ctypes, path)
-            if n == 0:
-                return names
-            raw, pos = buf.raw[:n], 0
-            while pos < n:
-                reclen = int.from_bytes(raw[pos + 16:pos + 18], sys.byteorder)
-                name = raw[pos + 19:raw.index(b"\0", pos + 19)]
-                if name not in (b".", b".."):
-                    names.append(os.fsdecode(name))
-                pos += reclen
+        return _names(c, fd, path)
     finally:
         os.close(fd)
+
+
+def _names(c, fd, path):
+    """The names in the folder open at fd (ours, high), read with getdents64: os.listdir and
+    os.scandir open and close a low descriptor and let the program run in between. Raises OSError
+    as os.listdir does."""
+    size = 32768
+    buf = c.buffer(size)
+    found = []
+    while True:
+        n = c.free.syscall(c.getdents64, fd, buf, size)  # lets the GIL go: fd is ours, high
+        if n < 0:
+            code = c.get_errno()
+            raise OSError(code, os.strerror(code), path)
+        if n == 0:
+            return found
+        raw, pos = buf.raw[:n], 0
+        while pos < n:
+            reclen = int.from_bytes(raw[pos + 16:pos + 18], sys.byteorder)
+            name = raw[pos + 19:raw.index(b"\0", pos + 19)]
+            if name not in (b".", b".."):
+                found.append(os.fsdecode(name))
+            pos += reclen
+
+
+def write_file(c, path, data, mode=0o666):
+    """importlib's _write_atomic (a .pyc into the cache) through a high descriptor: a temporary file
+    beside it, renamed into place. Raises OSError."""
+    tmp = "%s.%d" % (path, id(path))
+    flags = os.O_EXCL | os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC
+    fd = libc.made(c, c.keep.open, (os.fsencode(tmp), flags, mode & 0o666), tmp)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+# The import system, for our threads (imports.own_threads installs these): it opens a module's
+# files and lists a sys.path folder at the lowest free number and lets the program run meanwhile.
+_FILE_LOADERS = ("SourceFileLoader", "SourcelessFileLoader")
+
+
+def loader_high(spec, c):
+    """Set get_data and set_data on this import's own loader (a finder makes one per spec) so that
+    its files are read and its .pyc written through high descriptors; the import hook takes them
+    away after the load, so the module's __loader__ is as it would be. Returns that loader, or None
+    (another kind of loader)."""
+    loader = spec.loader
+    if type(loader).__name__ not in _FILE_LOADERS or type(loader).__module__ != "_frozen_importlib_external" \
+            or "get_data" in vars(loader):
+        return None
+    loader.get_data = read_file
+    loader.set_data = lambda path, data, _mode=0o666: cache(c, path, data, _mode)
+    return loader
+
+
+def cache(c, path, data, mode):
+    """SourceFileLoader.set_data: the .pyc written high, its folder made as importlib would; a
+    failure is ignored, as importlib ignores it (the cache is only a cache)."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_file(c, path, data, mode)
+    except OSError:
+        pass
+
+
+def fill_cache(finder, c):
+    """FileFinder._fill_cache for a thread of ours: the folder listed through a high descriptor.
+    False where that cannot be done (importlib's own then lists it). Linux only, where importlib
+    keeps the names as they are (no case folding)."""
+    if c.getdents64 is None:
+        return False
+    try:
+        fd = libc.made(c, c.keep.open, (os.fsencode(finder.path or os.getcwd()),
+                                         os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), finder.path)
+        try:
+            finder._path_cache = set(_names(c, fd, finder.path))
+        finally:
+            os.close(fd)
+    except (FileNotFoundError, PermissionError, NotADirectoryError):
+        finder._path_cache = set()  # as importlib: the folder gone, unreadable, or not one
+    except Exception:
+        return False
+    return True
 
 
 def getlines(filename):

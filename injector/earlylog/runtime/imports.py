@@ -4,7 +4,7 @@ import os
 import sys
 from _thread import get_ident
 
-from earlylog.runtime import phases, state
+from earlylog.runtime import libc, phases, state
 
 _original = None
 _threshold = 0.0
@@ -27,13 +27,55 @@ def when_imported(name, callback):
 
 def start(logger):
     """Install the hook once per interpreter (a fork child keeps it) unless nothing needs it."""
-    global _original, _threshold, _want_marks
+    global _threshold, _want_marks
     _threshold = logger.config.imports
     _want_marks = logger.config.marks
     if _marks is not None:  # a fork child: the parent loaded the marks; point them at our logger
         _marks.start(logger)
     if _original is not None or not (_threshold or _want_marks or _callbacks):
         return
+    _hook()
+
+
+def own_threads():
+    """Before the first import of ours in a process (threads.before_imports, set by boot): bind libc,
+    load fds with its own files read high, and hook the import system so that what our threads
+    import is read, cached and listed through descriptors at libc.FLOOR and up: the import
+    system's own open and listdir take the lowest free number and let the program run while they
+    hold it (docs/design.md#our-fds-sit-high). The program's imports go on exactly as before."""
+    c = libc.bound()
+    if c is None or _listing[0] is not None:
+        return
+    fds = sys.modules.get(_FDS) or _load_fds(c)
+    if _original is None:
+        _hook()
+    finder = sys.modules["_frozen_importlib_external"].FileFinder
+    _listing[0] = finder._fill_cache
+    _fill_cache.__code__ = _fill_cache.__code__.replace(co_filename=_EXTERNAL_FILE)
+    finder._fill_cache = _fill_cache
+    _high[:] = [fds, c]
+
+
+def _load_fds(c):
+    """fds, loaded from its file by path (a finder would list the folder at a low number), its
+    files read and its .pyc written high: by libc here, since fds itself does it for the rest."""
+    bootstrap, external = sys.modules["_frozen_importlib"], sys.modules["_frozen_importlib_external"]
+    spec = external.spec_from_file_location(_FDS, os.path.join(os.path.dirname(__file__), "fds.py"))
+    written = []
+    spec.loader.get_data = lambda path: libc.read_module(c, path)
+    spec.loader.set_data = lambda path, data, _mode=0o666: written.append((path, data, _mode))
+    try:
+        fds = bootstrap._load(spec)
+    finally:
+        del spec.loader.get_data, spec.loader.set_data
+    setattr(sys.modules["earlylog.runtime"], "fds", fds)  # as an import of the submodule does
+    for path, data, mode in written:
+        fds.cache(c, path, data, mode)
+    return fds
+
+
+def _hook():
+    global _original
     bootstrap = sys.modules["_frozen_importlib"]
     _original = bootstrap._load_unlocked
     _load_unlocked.__code__ = _load_unlocked.__code__.replace(co_filename=_IMPORTLIB_FILE)
@@ -53,6 +95,9 @@ def start(logger):
 # the user exactly the traceback it shows without earlylog. code.replace, not compile(): the
 # first compile() in a process costs 2-4 ms of start-up.
 _IMPORTLIB_FILE = "<frozen importlib._bootstrap>"
+_EXTERNAL_FILE = "<frozen importlib._bootstrap_external>"
+_listing = [None]  # FileFinder._fill_cache as it was, once own_threads() replaced it
+_high = []  # [fds, libc bound] once own_threads() ran
 
 
 def _load_unlocked(spec):
@@ -65,32 +110,33 @@ def _load_unlocked(spec):
         raise
     finally:
         if loader is not None:
-            del loader.get_data
+            del loader.get_data, loader.set_data
     _end(token, spec, None)
     return module
 
 
 _THREADS, _FDS = "earlylog.runtime.threads", "earlylog.runtime.fds"
-_FILE_LOADERS = ("SourceFileLoader", "SourcelessFileLoader")
+
+
+def _ours():
+    threads = sys.modules.get(_THREADS)
+    return threads is not None and threads.name_of(get_ident()) is not None
 
 
 def _read_high(spec):
-    """In a thread of ours, the module's files are read through a high descriptor (fds.read_file):
-    importlib reads them at the lowest free number, which may be the one a program just freed and
-    is about to close again (docs/design.md#our-fds-sit-high). The loader is this import's own (a
-    finder makes one per spec); get_data is set on it for the load and taken away after, so the
-    module's __loader__ is as it would be. Returns that loader, or None (the program's thread, or
-    fds not loaded yet, or another kind of loader)."""
+    """In a thread of ours, once own_threads() ran: the loader whose files fds reads and writes high
+    for this load (fds.loader_high), else None."""
     try:
-        threads, fds, loader = sys.modules.get(_THREADS), sys.modules.get(_FDS), spec.loader
-        if threads is None or fds is None or threads.name_of(get_ident()) is None or \
-                type(loader).__name__ not in _FILE_LOADERS or type(loader).__module__ != "_frozen_importlib_external" \
-                or "get_data" in vars(loader):
-            return None
-        loader.get_data = fds.read_file
-        return loader
+        return _high[0].loader_high(spec, _high[1]) if _high and _ours() else None
     except Exception:  # nothing of ours may fail an import
         return None
+
+
+def _fill_cache(finder):
+    """FileFinder._fill_cache: in a thread of ours the folder is listed high (fds.fill_cache); in the
+    program's threads, and wherever that cannot be done, importlib's own."""
+    if not (_high and _ours() and _high[0].fill_cache(finder, _high[1])):
+        _listing[0](finder)
 
 
 def _load_marks():

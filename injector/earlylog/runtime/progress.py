@@ -12,7 +12,6 @@ thread), is a thread that stopped making progress, or a training loop with no st
 
 It must never raise into the program nor slow its step."""
 import os
-import sys
 import time
 from _thread import get_ident
 
@@ -71,9 +70,21 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_after_fork)
 
 
+class Pace:
+    """The training steps' pace at one look (heartbeat()): seconds since the last step, the typical
+    interval, the longest silence still healthy (`limit`), steps so far and their word."""
+    __slots__ = ("since", "typical", "limit", "count", "word")
+
+    def __init__(self, since, typical, limit, count, word):
+        self.since, self.typical, self.limit, self.count, self.word = since, typical, limit, count, word
+
+    def late(self):
+        """No step for longer than the pace allows."""
+        return self.since >= self.limit
+
+
 def heartbeat(now, floor):
-    """(seconds since the last step, typical interval, slowest recent interval, steps so far,
-    their word) once the heartbeat is judged (MIN_BEATS steps, or batches where there are no
+    """The Pace once the heartbeat is judged (MIN_BEATS steps, or batches where there are no
     optimizer steps), else None. Every kind counts as a sign of life: an evaluation pass between
     steps fetches batches."""
     kind = "step" if "step" in _beats else "batch"
@@ -85,7 +96,7 @@ def heartbeat(now, floor):
     slowest = max(max(b.gaps[:min(b.count - 1, GAPS)] or [0.0]) for b in beats)
     gaps = main.gaps[:min(main.count - 1, GAPS)]
     typical = sorted(gaps)[len(gaps) // 2] if gaps else 0.0
-    return now - last, typical, max(floor, TIMES * slowest), main.count, kind
+    return Pace(now - last, typical, max(floor, TIMES * slowest), main.count, kind)
 
 
 def steps():
@@ -108,7 +119,7 @@ def beats_of(ident):
 
 def check(watchdog, now, silent):
     """The per-thread and heartbeat look of one watchdog beat (see runtime/stuck.py)."""
-    tracker = getattr(watchdog, "progress", None)
+    tracker = watchdog.progress
     if tracker is None or tracker.pid != os.getpid():
         # The program's one thread and ours: no other thread prints while it is stuck, unless it
         # runs an event loop (in its selector now) or a gevent or eventlet hub, whose other tasks or
@@ -122,7 +133,7 @@ def check(watchdog, now, silent):
         tracker.check(now, silent, heartbeat(now, watchdog.stall))
     except Exception as exc:  # a frame or /proc file nobody foresaw: never the watchdog's other duties
         watchdog.progress = _Off()
-        watchdog._quiet("earlylog", "the progress check stopped: %r" % (exc,), console=False)
+        watchdog.say("earlylog", "the progress check stopped: %r" % (exc,), console=False)
 
 
 def loop_file(path):

@@ -38,7 +38,6 @@ _CELL = type((lambda value: lambda: value)(0).__closure__[0])  # what a closure 
 _WAITING = ("wait", "wait_for", "acquire", "get", "join", "result", "exception", "__enter__", "__exit__", "_wait")
 MAX_BLOCKS = 20000000  # allocated blocks past which the collector's referrers are not walked
 _MODULE = type(os)
-_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # earlylog's wrappers (marks.py)
 _CONTAINERS = (dict, list, tuple, set, frozenset, _collections.deque)
 # Where a thread can be handed work that may refer to anything: a library's worker loop
 # (grammar.WORK), an event loop, a greenlet hub.
@@ -76,7 +75,7 @@ def lines(ident, kind, obj, frames, threads, waited, reached=None):
     try:
         caller = next((f for f in introspect.outward(frames[ident], MAX_FRAMES)
                        if not f.f_code.co_filename.endswith(_WAIT_FILES)), None)
-        if caller is None or _library(caller.f_code.co_filename):
+        if caller is None or places.foreign(caller.f_code.co_filename):
             return []
         key = (id(obj), kind)  # obj lives while its waiters wait: its id is its own for the dump
         if reached is None or key not in reached:
@@ -133,7 +132,7 @@ def _calls_back(frame, budget):
     code to call (a file watcher's handler, a client's callback), two levels into its frames'
     variables? What that code may do when called is not on any stack yet."""
     stack = list(introspect.outward(frame, MAX_FRAMES))
-    if any(not _library(f.f_code.co_filename) for f in stack):
+    if any(not places.foreign(f.f_code.co_filename) for f in stack):
         return False  # the program's own frames: what they can call was read
     return any(_program_code(v, 3, budget) for f in stack for v in _locals(f, budget))
 
@@ -149,12 +148,12 @@ def _program_code(value, depth, budget):
     if type(value) is _METHOD:
         value = value.__func__
     if type(value) is _FUNCTION:
-        return not _library(value.__code__.co_filename)
+        return not places.foreign(value.__code__.co_filename)
     if type(value) is _MODULE or introspect.isa(value, type):
         return False
     module = introspect.class_dict(type(value)).get("__module__")
     path = introspect.module_dict(module).get("__file__") if type(module) is str else None
-    if type(path) is str and not _library(path):
+    if type(path) is str and not places.foreign(path):
         return True
     if depth == 0 or budget.called.get(id(value), -1) >= depth:
         return False
@@ -184,7 +183,7 @@ def _registered(obj):
             return True
     # A closure over it: the program's own function's (a library's, threading's Barrier's lambda over
     # itself, is the library's business). One more walk, for all the cells at once.
-    return bool(cells) and any(type(ref) is _FUNCTION and not _library(ref.__code__.co_filename)
+    return bool(cells) and any(type(ref) is _FUNCTION and not places.foreign(ref.__code__.co_filename)
                                for ref in gc.get_referrers(*cells[:MAX_ITEMS]))
 
 
@@ -215,7 +214,7 @@ def _after(frame, obj, budget):
     import dis
     seen = set()
     for f in introspect.outward(frame, MAX_FRAMES):
-        if _library(f.f_code.co_filename):
+        if places.foreign(f.f_code.co_filename):
             continue
         scope, spaces = introspect.frame_locals(f), [f.f_globals] if type(f.f_globals) is dict else []
         this = scope["self"] if f.f_code.co_name != "<module>" and "self" in scope else None
@@ -302,7 +301,7 @@ def _awaited(task, coro_frames):
             target = this
         inner = i
     user = coro_frames[inner - 1] if inner else None
-    if user is None or _library(user.f_code.co_filename):
+    if user is None or places.foreign(user.f_code.co_filename):
         return None  # a sleep's, a lock's, a stream read's, a library's own wait
     if target is not None:
         return target
@@ -448,7 +447,7 @@ def _value_refers(value, obj, budget, seen, depth, spaces, this=None):
     if type(value) is _MODULE:
         own = introspect.instance_dict(value)
         path = own.get("__file__") if own is not None else None
-        if type(path) is str and not _library(path) and not any(own is space for space in spaces):
+        if type(path) is str and not places.foreign(path) and not any(own is space for space in spaces):
             spaces.append(own)  # the program's own module: `helpers.notify()` names notify in it
         return False
     if _holds(value, obj, 1, budget):
@@ -460,7 +459,7 @@ def _value_refers(value, obj, budget, seen, depth, spaces, this=None):
             return held
         value, this = value.__func__, bound
     if type(value) is _FUNCTION:
-        if depth == 0 or _library(value.__code__.co_filename):
+        if depth == 0 or places.foreign(value.__code__.co_filename):
             return False
         # its closure's variables (`lambda: event.set()` made in a function), then its code's names
         return any(_holds(_contents(cell), obj, 1, budget) for cell in value.__closure__ or ()) or \
@@ -476,9 +475,3 @@ def _contents(cell):
         return cell.cell_contents  # C: a cell's value, or ValueError while it is empty
     except ValueError:
         return None
-
-
-def _library(path):
-    """The standard library's, an installed package's or earlylog's own code (grammar/places.py's
-    rule, the runtime's and the reader's)."""
-    return path.startswith(_OWN) or places.library(path)

@@ -23,8 +23,8 @@ PACKAGE = "earlylog.runtime."
 # imports at its top (tests/test_startpack.py checks both against the source and a real process).
 # The watchdog's module loads in its own thread, after start-up
 # (docs/design.md#the-watchdog-loads-in-its-thread).
-MODULES = ("state", "records", "identity", "sinks", "config", "redact", "phases", "hooks", "imports",
-           "stdio", "threads", "fault", "boot")
+MODULES = ("state", "libc", "records", "identity", "sinks", "config", "redact", "phases", "hooks",
+           "imports", "stdio", "threads", "fault", "boot")
 FORMAT = b"earlylog startpack 4\n"
 _HASHED = len(_external.MAGIC_NUMBER) + len(FORMAT) + 8  # magic, format, hash: then the hashed body
 _MAX = 4 << 20  # a pack is about 200 KB: never allocate what a bad file's size says

@@ -36,7 +36,6 @@ except (AttributeError, ValueError, OSError):
 # System calls a thread blocked on a partner sits in (runtime/kstate.py's names): not `sleep`
 # (a pause of its own), `signal` (a service waiting for SIGTERM) or `accept` (a server's idle).
 PARTNER = ("futex", "read", "write", "poll", "connect", "wait", "waitid", "flock", "fcntl", "open")
-_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # earlylog's own frames
 # Where a thread parks between pieces of work, and the frames that may be inside it: the waiting
 # (runtime/notes.py's WORK and PLUMBING, which the report judges idleness by), and here also a
 # server's accept() with a timeout, which polls. notes is loaded at the first judgement, not here:
@@ -46,6 +45,15 @@ _POLLED_PLUMBING = ("socket.py",)
 
 
 # --- the look at each beat -------------------------------------------------------------------
+
+class _Episode:
+    """A stall told while others print: the keys stuck (thread idents, task keys), since when
+    (monotonic), when it is told again (seconds into it), and whether the steps' pace was judged."""
+    __slots__ = ("keys", "since", "next_at", "steps")
+
+    def __init__(self, keys, since, next_at, steps):
+        self.keys, self.since, self.next_at, self.steps = keys, since, next_at, steps
+
 
 class _Seen:
     """One thread as last looked at: stack signature, timeslices run, since when both stood still,
@@ -87,27 +95,27 @@ class Tracker:
         self.tasks = {}         # ("task", id of a task) -> _TaskSeen
         self.stuck_tasks = {}   # those of them the last look found stuck
         self.tasks_due = 0.0    # when the loops' tasks are looked at next
-        self.episode = None     # [keys stuck (idents, task keys), since (monotonic), next dump at (seconds), steps judged]
+        self.episode = None     # the _Episode told now, while others print
 
     def check(self, now, silent, beats):
-        """beats: progress.heartbeat()'s answer, or None while steps are not judged."""
+        """beats: progress.heartbeat()'s Pace, or None while steps are not judged."""
         # While steps come at their pace, the training loop's thread is judged by them: a rank that
         # waits in each step's collective for a slower peer is slow, not stuck (docs/watchdog.md#progress).
-        stuck = self._look(now, not silent, beats is not None and beats[0] < beats[2])
+        stuck = self._look(now, not silent, beats is not None and not beats.late())
         if silent:
             # The silence rule has the process; its `over` line, when output resumes, ends the
             # report's stall, so a thread still stuck then is told again.
             self.episode = None
             return
-        late = beats is not None and beats[0] >= beats[2]
+        late = beats is not None and beats.late()
         episode = self.episode
         if episode is not None:
-            held = [ident for ident in episode[0] if ident in stuck]
-            if not held and not (episode[3] and late):
-                self._over(now - episode[1])
+            held = [ident for ident in episode.keys if ident in stuck]
+            if not held and not (episode.steps and late):
+                self._over(now - episode.since)
                 self.episode = None
-            elif now - episode[1] >= episode[2]:
-                episode[2] += min(episode[2], stalls.GROWTH_CAP)
+            elif now - episode.since >= episode.next_at:
+                episode.next_at += min(episode.next_at, stalls.GROWTH_CAP)
                 self._tell(now, stuck, beats if late else None, again=True)
             return
         if stuck or late:
@@ -124,7 +132,7 @@ class Tracker:
         seen, stuck, loops, hubs = {}, {}, [], []
         # A thread already told stuck stays so until its stack moves: a blocked wait can be woken
         # once for nothing (seen when a child of ours is spawned) and goes back to the same wait.
-        held = self.episode[0] if self.episode is not None else ()
+        held = self.episode.keys if self.episode is not None else ()
         for ident, frame in frames.items():
             tid = tids.get(ident)
             if ident == me or tid is None or our_threads.name_of(ident) is not None:
@@ -224,7 +232,7 @@ class Tracker:
         main = our_threads.main_ident()
         parts = []
         if beats is not None:
-            parts.append(stalls.no_step(beats[0], beats[4], _secs(beats[1]), beats[3]))
+            parts.append(stalls.no_step(beats.since, beats.word, _secs(beats.typical), beats.count))
         if stuck:
             # A thread first (the main one first), then a task; of each, the one stuck longest.
             first = min(stuck, key=lambda k: (type(k) is not int, k != main, stuck[k].since))
@@ -239,21 +247,21 @@ class Tracker:
                                                      now - seen.since, seen.verdict[1], more))
         if not stuck and whole >= stalls.BUSY_SHARE:
             parts.append(stalls.busy(whole))
-        since = min([s.since for s in stuck.values()] + ([now - beats[0]] if beats is not None else []))
+        since = min([s.since for s in stuck.values()] + ([now - beats.since] if beats is not None else []))
         if self.episode is None:
-            self.episode = [set(stuck), since, now - since, beats is not None]
-            self.episode[2] += min(self.episode[2], stalls.GROWTH_CAP)
+            self.episode = _Episode(set(stuck), since, now - since, beats is not None)
+            self.episode.next_at += min(self.episode.next_at, stalls.GROWTH_CAP)
         # A computing process with no thread stuck (a long evaluation, a checkpoint) is no alarm
         # beside its own output: its line stays in the log; so is, at its first telling, a rank
         # whose threads only wait for their peer ranks in a collective (a slower peer, most often).
         peers = bool(stuck) and all(type(k) is int and stuck[k].peers for k in stuck)
-        wd._quiet("stall", stalls.noisy(parts, wd.logger.path),
+        wd.say("stall", stalls.noisy(parts, wd.logger.path),
                   console=stalls.console_noisy(bool(stuck), whole, peers, again))
         our_threads.gated(wd._dump, "stall after %.0f s without progress%s" % (
             now - since, " (again)" if again else ""), shares)
 
     def _over(self, seconds):
-        self.watchdog._quiet("stall", stalls.over(seconds, silence=False))
+        self.watchdog.say("stall", stalls.over(seconds, silence=False))
 
 
 def _stacks():
@@ -273,9 +281,6 @@ def _signature(frame):
         frame = frame.f_back
     return tuple(sig)
 
-
-def _library(path):
-    return path.startswith(_OWN) or places.library(path)
 
 
 def _is(path, suffix):
@@ -337,7 +342,7 @@ def _stack(frame):
     while frame is not None and len(stack) < MAX_FRAMES:
         stack.append((frame.f_code.co_filename, frame.f_code.co_name, frame.f_lineno))
         frame = frame.f_back
-    return stack, [i for i, (path, _func, _line) in enumerate(stack) if not _library(path)]
+    return stack, [i for i, (path, _func, _line) in enumerate(stack) if not places.foreign(path)]
 
 
 def _children():
@@ -394,7 +399,7 @@ def _judge_task(task, chain, waiter, alone):
         return ""
     files = [(f.f_code.co_filename, f.f_code.co_name) for f in chain]
     inner = chain[-1]
-    user = next((f for f in reversed(chain) if not _library(f.f_code.co_filename)), inner)
+    user = next((f for f in reversed(chain) if not places.foreign(f.f_code.co_filename)), inner)
     if aio.awaits_tasks(waiter):
         return ""
     if _task_waits_for_work(files, stacks.server_read(inner)) or \
@@ -486,7 +491,7 @@ def _task_waits_for_work(chain, server_read):
     """A library's own task, or one that awaits a server, a queue, a sleep or its client's next
     request (read/idle.py's _loop_tasks)."""
     from earlylog.runtime import notes
-    return server_read or bool(chain) and all(_library(path) for path, _func in chain) or \
+    return server_read or bool(chain) and all(places.foreign(path) for path, _func in chain) or \
         any(func == name and _is(path, suffix) for path, func in chain for suffix, name in notes.ASYNC_WORK)
 
 

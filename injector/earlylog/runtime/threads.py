@@ -27,6 +27,7 @@ _natives = {}  # ident -> kernel tid, for ours and the main thread (threading ma
 _main = [None]  # ident of the thread that ran boot: the main thread, or the forking one in a child
 _alone = [False]  # this process must never get another thread: see forked()
 _gate = [_thread.allocate_lock()]  # held by a thread of ours while it imports: see gated()
+_before_imports = []  # [the call gated() runs first], until it ran
 _fork_holder = [None]  # ident of the forking thread that took the gate in _hold_fork
 FORK_WAIT = 1.0   # the longest os.fork() waits for an import of ours to finish
 # Python 3.12+ warns in os.fork() when the process has more than one OS thread (counted by the
@@ -43,9 +44,22 @@ def gated(call, *args):
     """call(*args), which imports modules, with os.fork() held off until it returns. A fork child
     inherits a module another thread was importing half done, its lock held by a thread that does
     not exist there, and hangs the first time it imports that module: so a fork waits for this
-    (docs/design.md#imports-in-background-threads). Keep call short: every fork may wait for it."""
+    (docs/design.md#imports-in-background-threads). Keep call short: every fork may wait for it.
+    The first call in a process first runs what before_imports() was given."""
     with _gate[0]:
+        if _before_imports:
+            try:
+                _before_imports.pop()()
+            except Exception:  # ours: the import goes on as it would without it
+                pass
         return call(*args)
+
+
+def before_imports(call):
+    """call() runs once, before the first import of ours in this process (the first gated() call):
+    boot gives imports.own_threads, which makes those imports read their files high. Not at a
+    thread's start: a process that ends in its first 0.1 s never pays for it."""
+    _before_imports[:] = [call]
 
 
 def read(path, limit=1 << 20, keep=False):

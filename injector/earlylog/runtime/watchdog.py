@@ -114,6 +114,9 @@ class Watchdog:
         self.title = None  # the process title last written in a note
         self.stall_dumps = 0  # stall dumps written, silent or per-thread (runtime/act.py reads it)
         self.checks = None  # (progress, retries, kstate), loaded at the first beat (_loop)
+        # The per-thread tracker (runtime/stuck.py), made by progress.check once a second thread
+        # or a beat is seen; its .episode is a thread's stall while others print.
+        self.progress = None
         # The program's threads' timeslices (_timeslices) as two samples (when, count), older and
         # newer, a beat apart: whether a thread ran is judged against one at least a beat old, since
         # a stall's deadline can wake the loop a few milliseconds after a beat, too soon for a
@@ -161,13 +164,13 @@ class Watchdog:
             if self.stall:
                 moved = self._ran(now, _timeslices(self.checks[2]))
                 if self.episode is not None and silent_since != self.episode:
-                    self._quiet("stall", stalls.over(silent_since - self.episode, silence=True))
+                    self.say("stall", stalls.over(silent_since - self.episode, silence=True))
                     self.episode, self.next_at = None, self.stall
                 # A silence since the last training step or batch (a beat is a sign of life) is judged
                 # by the steps' own pace once they are judged: a worker that reads slowly but keeps
                 # delivering is slow, not stuck (runtime/progress.py).
                 pace = self.checks[0].heartbeat(now, self.stall) if now - silent_since >= self.next_at else None
-                if now - silent_since >= self.next_at and (pace is None or pace[0] >= pace[2]):
+                if now - silent_since >= self.next_at and (pace is None or pace.late()):
                     self.episode = silent_since
                     self.stall_dump(now - silent_since, moved)
                     self.next_at += min(self.next_at, stalls.GROWTH_CAP)
@@ -175,19 +178,19 @@ class Watchdog:
                 self.checks[0].check(self, now, self.episode is not None)
             if self.act is not None:  # imports nothing: act.py loaded its modules
                 # A thread stuck while others print has its own episode (runtime/stuck.py).
-                noisy = getattr(getattr(self, "progress", None), "episode", None)
-                self.act.beat(now, noisy[1] if noisy else silent_since, silent=not noisy)
+                noisy = getattr(self.progress, "episode", None)
+                self.act.beat(now, noisy.since if noisy else silent_since, silent=not noisy)
             if self.every and now >= self.next_every:
                 self.dump("every %g s (EARLYLOG_DUMP_EVERY)" % self.every)
                 self.next_every = now + self.every
             # A thread failing again and again between sleeps is retrying, however much it logs.
             for text in self.checks[1].beat(_names, max(self.stall, 10.0)):
-                self._quiet("note", text)
+                self.say("note", text)
             if now >= self.next_mem:
                 self.memory = self.memory or threads.gated(_sampler)
                 text = self.memory.line()
                 if text:
-                    self._quiet("mem", text)
+                    self.say("mem", text)
                 self.next_mem = now + self.memory.every
 
     def _ran(self, now, slices):
@@ -226,7 +229,7 @@ class Watchdog:
         armed = self.armed
         if armed.timeout and not fault.program_timer and armed.fd is not None and gap > armed.timeout:
             share = (cpu - self.cpu_at_beat) / gap if None not in (cpu, self.cpu_at_beat) else 0
-            self._quiet("stall", stalls.gil(gap, share))
+            self.say("stall", stalls.gil(gap, share))
         self.last_beat, self.cpu_at_beat = now, cpu
 
     def stall_dump(self, silence, moved=False):
@@ -242,7 +245,7 @@ class Watchdog:
             if self.armed.timeout:
                 fault.cancel_timer()  # the tool may take seconds; that is not the GIL being held
             header, lines = native.stacks(self.pid)
-            self._quiet("dump", header, lines)
+            self.say("dump", header, lines)
             self.last_beat = time.monotonic()
             self.armed.rearm_timer()
 
@@ -267,7 +270,7 @@ class Watchdog:
             peers = None if prompt or waiting or idle else _waiting_for_peers()
             state = prompt or waiting or (stalls.IDLE_WORDS if idle else stalls.in_collective(peers) if peers else
                                           stalls.MOVING_WORDS if moved else stalls.BLOCKED_WORDS)
-        self._quiet("stall", stalls.silent(silence, phase, state, self.logger.path),
+        self.say("stall", stalls.silent(silence, phase, state, self.logger.path),
                     console=stalls.console_silent(state, relay, self.next_at > self.stall))
         self._dump("stall after %.0f s of silence" % silence, shares)
 
@@ -279,8 +282,7 @@ class Watchdog:
         threads.gated(self._dump, reason, shares)
 
     def _dump(self, reason, shares):
-        from earlylog.runtime import fds, stacks
-        fds.strict()  # a process that dumps may be one whose program closes stale descriptors
+        from earlylog.runtime import stacks
         if reason.startswith("stall"):
             self.stall_dumps += 1  # runtime/act.py judges after each
             # Where each thread stood: an exit raised there later ended a call that never returned
@@ -288,7 +290,7 @@ class Watchdog:
             self.stuck_at = {(f.f_code.co_filename, f.f_lineno) for f in threads.current_frames().values()}
         self._note_title()
         more, count = stacks.lines(shares, skip_ident=threads.get_ident())
-        self._quiet("dump", "%s (%d thread%s)" % (reason, count, "" if count == 1 else "s"), more)
+        self.say("dump", "%s (%d thread%s)" % (reason, count, "" if count == 1 else "s"), more)
 
     def _note_title(self):
         """Ray renames a worker after the task it runs (`ray::hang_forever`), as setproctitle users
@@ -297,10 +299,11 @@ class Watchdog:
         now = identity.title(self.logger.ident.argv)
         if now and now != self.title:
             self.title = now
-            self._quiet("note", "process title: " + " ".join(redact.argv(now.split())))
+            self.say("note", "process title: " + " ".join(redact.argv(now.split())))
 
-    def _quiet(self, kind, text, more=(), console=None):
-        """Write an event that is not a sign of life: silence goes on being measured from before it."""
+    def say(self, kind, text, more=(), console=None):
+        """Write an event that is not a sign of life: silence goes on being measured from before it.
+        The one way the watchdog's collaborators (progress, stuck, act) write to the log."""
         before = self.logger.last_activity
         if console is None:
             console = self.logger.fd is None  # the console is the only place left
