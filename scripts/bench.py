@@ -379,7 +379,7 @@ def newest_python(minor):
 
 def _count_stalls(folder, silent=True):
     """The stall lines of a folder's logs: those of silence, or (silent=False) any, a thread's too."""
-    from earlylog.runtime import records
+    from earlylog.grammar import records
     count = 0
     for name in os.listdir(folder) if os.path.isdir(folder) else ():
         with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as f:
@@ -478,7 +478,7 @@ class Sleepers:
     def _stall_latency(self, i):
         """Seconds from the child falling silent (its own timestamp, just after its last output) to
         its first stall:/dump: line, or None. earlylog's own later lines (probes) are not activity."""
-        from earlylog.runtime import records
+        from earlylog.grammar import records
         try:
             silent = read_result(os.path.join(self.work, "stall-%d-result" % i))
         except (OSError, ValueError, SyntaxError):

@@ -5,7 +5,9 @@ import random
 import time
 from types import SimpleNamespace
 
-from earlylog.runtime import records, sinks
+from earlylog.runtime import sinks
+
+from earlylog.grammar import records
 
 HOSTS = ("gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04")
 

@@ -11,7 +11,7 @@ import sys
 import textwrap
 import time
 
-from earlylog.runtime import records  # the runtime's own parser (importing it starts nothing)
+from earlylog.grammar import records  # the runtime's own parser (importing it starts nothing)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT = float(os.environ.get("EARLYLOG_TEST_TIMEOUT", "60"))

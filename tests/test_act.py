@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from earlylog.runtime import records
+from earlylog.grammar import records
 from support import PYTHON, clean_env, free_port, kill_pid, log_files, read, report_json, run_python, script
 
 HANG = """

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from earlylog.runtime import records
+from earlylog.grammar import records
 from support import (PYTHON, ROOT, TIMEOUT, clean_env, earlylog, free_port, kill_tree, log_files, python_3, read,
                      report_json, run_python, script, start, wait_for)
 

@@ -139,7 +139,7 @@ def test_64_processes_share_one_log_file_without_torn_lines(tmp_path):
     env = clean_env(EARLYLOG=1, EARLYLOG_FILE=shared, EARLYLOG_CONSOLE="off", EARLYLOG_PROBES=0)
     procs = [subprocess.Popen([PYTHON, code, "p%d" % n], env=env) for n in range(64)]
     assert [p.wait(timeout=TIMEOUT) for p in procs] == [0] * 64
-    from earlylog.runtime import records
+    from earlylog.grammar import records
     lines = read(str(shared)).splitlines()
     parsed = [records.parse(line) for line in lines]
     assert None not in parsed, "a torn or interleaved line"
@@ -163,7 +163,7 @@ def test_sigkill_mid_write_keeps_earlier_lines(tmp_path, logdir):
     finally:
         proc.kill()
         proc.wait(timeout=TIMEOUT)
-    from earlylog.runtime import records
+    from earlylog.grammar import records
     text = read(str(next(logdir.iterdir())))
     # Linux may cut a write short when SIGKILL lands between two pages of it, so only the line
     # being written may be torn; every line before it is whole.

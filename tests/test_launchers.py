@@ -20,7 +20,7 @@ needs_node = pytest.mark.skipif(
 
 def starts(logdir):
     """{pid: start record} of every process that logged into logdir."""
-    from earlylog.runtime import records
+    from earlylog.grammar import records
     found = {}
     for path in log_files(str(logdir)):
         lines = read(path).splitlines()

@@ -1,4 +1,4 @@
-"""The grammar of a dump's notes (runtime/notes.py): what the runtime writes under a thread, the
+"""The grammar of a dump's notes (grammar/notes.py): what the runtime writes under a thread, the
 reader reads back as the same values. Each kind: its writer's line parsed gives back what was
 written, and a line as a real log has it parses to the values a cause reads. Pure: no processes,
 but the last test, which runs `earlylog report` the way a user does and lists what it loaded."""
@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from earlylog.grammar import stalls
-from earlylog.runtime import notes, records
+from earlylog.grammar import notes, records
 from support import ROOT, run_python
 
 
@@ -226,19 +226,19 @@ def test_damaged_or_unknown_notes_give_none_or_a_value_never_an_error(text):
 
 def test_the_grammar_is_cheap_to_import_and_off_the_start_path(logdir):
     # `re` is compiled on the reader's first parse, not at import: the runtime only writes.
-    code = "import sys; from earlylog.runtime import notes; print('re' in sys.modules)"
+    code = "import sys; from earlylog.grammar import notes; print('re' in sys.modules)"
     out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60,
                          env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "injector")))
     assert (out.returncode, out.stdout.strip()) == (0, "False"), out.stderr
     # A process with earlylog on loads it at its first dump: not on the start path, nor at the
     # watchdog's beats (which load retries.py, whose notes are written at a dump).
-    res = run_python("import json, sys, time\nfirst = 'earlylog.runtime.notes' in sys.modules\ntime.sleep(2.5)\n"
+    res = run_python("import json, sys, time\nfirst = 'earlylog.grammar.notes' in sys.modules\ntime.sleep(2.5)\n"
                      "print(json.dumps([first, 'earlylog.runtime.retries' in sys.modules, "
-                     "'earlylog.runtime.notes' in sys.modules]))", logdir=logdir, env={"EARLYLOG_STALL": "30"})
+                     "'earlylog.grammar.notes' in sys.modules]))", logdir=logdir, env={"EARLYLOG_STALL": "30"})
     assert res.returncode == 0 and json.loads(res.out) == [False, True, False]
 
 
-def test_earlylog_report_loads_no_runtime_module_but_the_grammar_and_records(logdir):
+def test_earlylog_report_loads_no_runtime_module(logdir):
     res = run_python("print('hello')", logdir=logdir)
     assert res.returncode == 0
     code = ("import io, sys, contextlib\n"
@@ -252,7 +252,7 @@ def test_earlylog_report_loads_no_runtime_module_but_the_grammar_and_records(log
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={k: v for k, v in os.environ.items() if not k.startswith("EARLYLOG")})
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == str(['earlylog.runtime', 'earlylog.runtime.notes', 'earlylog.runtime.records'])
+    assert out.stdout.strip() == "[]"  # read/ imports nothing from runtime/: the grammar is its own room
 
 
 def test_running_and_dead_tasks():
@@ -294,7 +294,7 @@ def test_greenlets():
 
 
 def test_exit_records():
-    """The exit record's words (runtime/records.py): what hooks.py and act.py write, parse_exit reads back."""
+    """The exit record's words (grammar/records.py): what hooks.py and act.py write, parse_exit reads back."""
     def read(how, status=0, more=""):
         return records.parse_exit(records.exit_line(status, 0.513, how + more))
 
@@ -329,7 +329,7 @@ def test_exit_records():
 
 
 def test_watchdog_lines():
-    """The `retrying:` and `fork:` lines (runtime/records.py): what retries.py and fault.py write, the reader reads back."""
+    """The `retrying:` and `fork:` lines (grammar/records.py): what retries.py and fault.py write, the reader reads back."""
     assert records.parse_retrying(records.retrying("loader", 7, 12.25, "ConnectionRefusedError: [Errno 111]")) == (
         "loader", 7, 12.2, "ConnectionRefusedError: [Errno 111]")
     assert records.parse_retrying("retrying: something else") is None

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from earlylog.runtime import records
+from earlylog.grammar import records
 from support import (PYTHON, clean_env, free_port, log_files, read, report_json, run_both, run_python, script,
                      wait_for, wait_log)
 

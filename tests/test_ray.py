@@ -7,7 +7,7 @@ import re
 import pytest
 
 from earlylog.read import html
-from earlylog.runtime.records import parse
+from earlylog.grammar.records import parse
 from support import TIMEOUT, earlylog, kill_tree, log_files, read, report_json, script, start, wait_for
 
 _FORWARDED_STALL = re.compile(r"\[earlylog\] \S+ \S+ (\d+) \S+ stall: silent for ")

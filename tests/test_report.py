@@ -11,7 +11,7 @@ import pytest
 
 from earlylog import __version__
 from earlylog.read import logread, verdict
-from earlylog.runtime import records
+from earlylog.grammar import records
 from support import (STRAGGLER_JOB, TIMEOUT, by_tag, earlylog, free_port, kill_pid, kill_tree, log_files,
                      read, report_json, run_python, script, start, straggler_dumped, wait_for, wait_log)
 

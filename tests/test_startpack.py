@@ -28,7 +28,8 @@ util = "importlib.util" in sys.modules  # before anything below imports it
 import inspect, json, pickle
 from earlylog.runtime import boot, config, startpack
 from earlylog.runtime import probes  # not on the start path: the normal import, after start-up
-loaders = {n[17:]: type(m.__loader__).__name__ for n, m in sys.modules.items() if n.startswith("earlylog.runtime.")}
+loaders = {n[9:]: type(m.__loader__).__name__ for n, m in sys.modules.items()
+           if n.startswith(("earlylog.runtime.", "earlylog.grammar"))}
 print(json.dumps({"outcome": startpack.outcome, "util": util, "loaders": loaders, "pack": startpack.path(),
                   "source": "def start(origin" in inspect.getsource(boot),
                   "file": boot.start.__code__.co_filename == boot.__file__ == boot.__spec__.origin and
@@ -43,7 +44,7 @@ def _probe(python, logdir, env=None):
     assert res.returncode == 0 and res.err == "", res.err
     facts = json.loads(res.out.splitlines()[0])
     assert facts["source"] and facts["file"] and facts["pickle"] == "Config", facts
-    assert facts["loaders"]["probes"] == "SourceFileLoader"
+    assert facts["loaders"]["runtime.probes"] == "SourceFileLoader"
     return facts
 
 
@@ -70,7 +71,7 @@ def test_install_builds_the_pack_and_a_start_loads_the_start_path_from_it(instal
     facts = _probe(python, logdir)
     assert facts["outcome"] == "used" and facts["pack"] == pack
     assert _packed(facts) == sorted(startpack.MODULES)
-    assert facts["loaders"]["startpack"] == "SourceFileLoader"  # it loads normally, ahead of the pack
+    assert facts["loaders"]["runtime.startpack"] == "SourceFileLoader"  # it loads normally, ahead of the pack
     assert not facts["util"]  # the private copy loads by location without importlib.util's 16 modules
     log = "".join(open(os.path.join(logdir, n)).read() for n in os.listdir(logdir))
     assert " start: " in log and "failed" not in log
@@ -82,7 +83,7 @@ def test_a_stale_pack_falls_back_for_the_edited_module_and_is_rebuilt(installed,
         f.write("\n# edited after the pack was built\n")
     stale = _probe(python, logdir)
     assert stale["outcome"] == "stale"
-    assert stale["loaders"]["sinks"] == "SourceFileLoader" and stale["loaders"]["boot"] == "PackedLoader"
+    assert stale["loaders"]["runtime.sinks"] == "SourceFileLoader" and stale["loaders"]["runtime.boot"] == "PackedLoader"
     assert _probe(python, logdir)["outcome"] == "used"  # rebuilt by the stale start, edit included
     assert _packed(_probe(python, logdir)) == sorted(startpack.MODULES)
 
@@ -179,13 +180,14 @@ def test_each_python_loads_its_own_pack_from_a_shared_folder(tmp_path, logdir):
 
 
 def _top_imports(name):
-    with open(os.path.join(RUNTIME, name + ".py"), encoding="utf-8") as f:
+    """The MODULES names a start module imports at its top ("runtime.state", "grammar.records")."""
+    with open(startpack.source(name), encoding="utf-8") as f:
         tree = ast.parse(f.read())
     for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.module == "earlylog.runtime":
-            yield from (a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("earlylog.runtime."):
-            yield node.module.rpartition(".")[2]
+        if isinstance(node, ast.ImportFrom) and node.module in ("earlylog.runtime", "earlylog.grammar"):
+            yield from (node.module[9:] + "." + a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("earlylog.runtime.", "earlylog.grammar.")):
+            yield node.module[9:]
 
 
 def test_the_pack_holds_what_a_start_loads_each_after_what_it_imports(logdir):
@@ -193,9 +195,9 @@ def test_the_pack_holds_what_a_start_loads_each_after_what_it_imports(logdir):
         for imported in _top_imports(name):
             assert imported in startpack.MODULES[:i], (name, imported)
     # What loaded before the program's first line, in a process whose watchdog has not loaded yet.
-    res = run_python("import sys; print(' '.join(sorted(m[17:] for m in sys.modules "
-                     "if m.startswith('earlylog.runtime.'))))", logdir=logdir,
+    res = run_python("import sys; print(' '.join(sorted(m[9:] for m in sys.modules "
+                     "if m.startswith(('earlylog.runtime.', 'earlylog.grammar')))))", logdir=logdir,
                      env={"EARLYLOG_CONSOLE": "off", "PYTHONDONTWRITEBYTECODE": "1"})
     assert res.returncode == 0, res.err
-    loaded = set(res.out.split()) - {"watchdog", "startpack"}
+    loaded = set(res.out.split()) - {"runtime.watchdog", "runtime.startpack"}
     assert loaded == set(startpack.MODULES)

@@ -195,7 +195,7 @@ def uninstall(args):
 
 def status(args):
     """Is the hook there, will it run, and where do logs go; each as one plain line."""
-    from earlylog.runtime import records
+    from earlylog.grammar import records
     exe = target_python(args)
     facts = inspect(exe)
     lines = ["interpreter: %s (Python %s)" % (facts["executable"], ".".join(map(str, facts["version"])))]

@@ -7,7 +7,7 @@ import time
 
 from earlylog.cli.errors import CliError
 from earlylog.read import files, logread, text, verdict
-from earlylog.runtime import records
+from earlylog.grammar import records
 
 
 def add_parser(sub):

@@ -6,7 +6,7 @@ import sys
 import time
 from collections import deque
 
-from earlylog.runtime import records
+from earlylog.grammar import records
 from earlylog.read import files, logread
 
 POLL = 0.2      # seconds between looks at the folder when following

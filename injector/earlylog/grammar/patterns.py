@@ -1,6 +1,6 @@
 """Regular expressions compiled on first use, by name: a grammar's writers run in other people's
-processes, which must not pay for `re` until a reader parses (the runtime's start path keeps its
-own in runtime/records.py, which must not load this package at start-up)."""
+processes, which must not pay for `re` until a reader parses (records.py, on the start path, keeps
+its own and never loads this module)."""
 
 
 class Patterns:

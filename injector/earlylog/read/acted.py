@@ -2,7 +2,7 @@
 where it was stuck, and, for a rank of a torchrun job, whether the launcher's next attempt ran
 (each rank's start line carries torchrun's restart count). It only reads the judged report."""
 from earlylog.read.causes import Cause, label
-from earlylog.runtime import records
+from earlylog.grammar import records
 
 
 def ended(d):

@@ -13,7 +13,7 @@ import re
 from earlylog.read import frames
 from earlylog.read.causes import Cause, label
 from earlylog.read.model import as_frames
-from earlylog.runtime import notes
+from earlylog.grammar import notes
 
 _CALL = re.compile(r"([A-Za-z_][\w.]*)\s*\(")  # the first call a line of source makes
 # What a pending task's innermost library frame waits in, in words: (file, function) -> words.

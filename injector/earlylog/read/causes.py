@@ -6,7 +6,7 @@ process_causes.py; read/registry.py lists every kind, runs the finders and order
 Also the words every cause uses for a process and a duration."""
 from earlylog.grammar import stalls
 from earlylog.read import frames
-from earlylog.runtime import records
+from earlylog.grammar import records
 
 
 class Cause:

@@ -8,7 +8,7 @@ import re
 
 from earlylog.read.model import Frame, as_frames
 from earlylog.grammar import places
-from earlylog.runtime import notes
+from earlylog.grammar import notes
 
 _WRAPPERS = ("wrapper", "inner", "marked", "decorate_context", "_fn", "__call__")
 _CELL = re.compile(r"^<cell (In\[\d+\])>$")  # a notebook cell's frame, as cells() names it

@@ -9,7 +9,7 @@ import re
 from earlylog.read.causes import Cause, label
 from earlylog.read.frames import is_file, library, user_frame, where
 from earlylog.read.model import as_frames
-from earlylog.runtime import notes
+from earlylog.grammar import notes
 # Waits that mean a greenlet waits for work: a server's loop; a main greenlet joining the others
 # (joinall, join) waits where they wait, so it decides nothing by itself.
 _WORK = ("server",)

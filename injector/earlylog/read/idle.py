@@ -6,7 +6,7 @@ waits inside a task of the user's: for a reply, a lock, a child or a peer."""
 from earlylog.grammar import stalls
 from earlylog.read import greenlets
 from earlylog.read.frames import in_event_loop, is_file, library, task_chains
-from earlylog.runtime import notes
+from earlylog.grammar import notes
 
 # Library frames that may call the user's code without making it a task: the interpreter running a
 # script or module, an import, a thread or a multiprocessing child running its target. Any other
@@ -17,7 +17,7 @@ _ENTRY = (("runpy.py", None), ("<frozen runpy>", None), ("<frozen importlib._boo
           ("threading.py", ("run", "_bootstrap_inner", "_bootstrap")),
           ("multiprocessing/process.py", ("run", "_bootstrap")))
 # Where a thread parks between pieces of work, the queues and plumbing inside it, the asyncio awaits
-# that mean work, a library's run loop: runtime/notes.py owns them (WORK, QUEUES, PLUMBING,
+# that mean work, a library's run loop: grammar/notes.py owns them (WORK, QUEUES, PLUMBING,
 # ASYNC_WORK, run_loop), for the watchdog judges idleness by them too.
 # Phases that span a worker's whole loop (runtime/marks.py opens them), by their names' start.
 _LOOP_PHASES = ("DataLoader worker ",)

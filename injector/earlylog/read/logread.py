@@ -10,7 +10,7 @@ from earlylog.read import files as folder_files
 from earlylog.read.frames import call_name, cells, user_frame
 from earlylog.read.model import Crash, Exit, Frame, GilHeld, Record, Retry, Stall, to_json
 from earlylog.grammar import bound, stalls
-from earlylog.runtime import notes, records
+from earlylog.grammar import notes, records
 
 # `File "path", line N[,] in function`: faulthandler's raw crash output and Python tracebacks (a
 # dump's frames are notes.frame_line()'s). A SyntaxError's place is a frame with no function
@@ -205,7 +205,7 @@ class Thread:
     def _module_code(self):
         return bool(self.frames) and self.frames[-1].function == "<module>"
 
-    # What the runtime's notes under it say (runtime/notes.py parses each note once).
+    # What the runtime's notes under it say (grammar/notes.py parses each note once).
     @property
     def state(self):
         """Its kernel state in words (`blocked: sleeping (clock_nanosleep)`, `busy: ...`), or None."""

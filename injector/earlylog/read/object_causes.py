@@ -3,7 +3,7 @@ trip, a semaphore drained by failures that kept their permits, a condition whose
 before the wait (a lost wakeup), a queue nothing can fill, an event nothing can set, and in
 asyncio a Future, Event, Condition or Queue nothing else refers to (its own `nothing completes:`
 note). Each rests on
-two notes of the dump (runtime/notes.py): the object's state under `waits for:` (a barrier's
+two notes of the dump (grammar/notes.py): the object's state under `waits for:` (a barrier's
 parties, a semaphore's permits, `held by:`) and `can change it:` saying that no other live thread
 refers to it (runtime/reach.py, which writes nothing where a thread could still be handed work
 that might). One cause per object, naming every thread that waits on it and those that join them.
@@ -12,7 +12,7 @@ import re
 
 from earlylog.read import frames
 from earlylog.read.causes import Cause, label, place, secs, what
-from earlylog.runtime import notes
+from earlylog.grammar import notes
 
 _ARRIVED = re.compile(r"^(\d+) of (\d+) arrived$")
 _FREE = re.compile(r"^(\d+)(?: of (\d+))? free$")

@@ -10,7 +10,7 @@ import time
 
 from earlylog.read.causes import Cause, busy, label, secs
 from earlylog.read.frames import is_file, library, where
-from earlylog.runtime import notes  # the grammar of the notes under a dumped thread
+from earlylog.grammar import notes  # the grammar of the notes under a dumped thread
 
 _LOST = {"vanished": "vanished (no exit record: SIGKILL, or the kernel's OOM killer)",
          "killed": "was killed by a signal", "crashed": "crashed", "failed": "exited with an error"}
@@ -186,7 +186,7 @@ class _Seen:
         self.d, self.t, self.procs, self.folder = d, t, procs, folder
 
     def notes(self, kind):
-        """The thread's notes of one kind (a class of runtime/notes.py), parsed."""
+        """The thread's notes of one kind (a class of grammar/notes.py), parsed."""
         return notes.every(self.t.notes, kind)
 
     def children(self):

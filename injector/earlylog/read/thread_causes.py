@@ -14,7 +14,7 @@ import time
 from earlylog.read import frames, greenlets, idle
 from earlylog.read.causes import Cause, first_line, label, place as _place, rank as rank_of, secs, what as _what
 from earlylog.read.model import Frame
-from earlylog.runtime import notes, records  # the grammar of the runtime's notes and lines
+from earlylog.grammar import notes, records  # the grammar of the runtime's notes and lines
 _MODULE = re.compile(r"/(?:site|dist)-packages/(.+)\.py$|/lib/python\d[\d.]*/(.+)\.py$")
 _LOCKS = ("lock", "semaphore")
 _POOL_WORKER = re.compile(r"^(.+)_\d+$")  # ThreadPoolExecutor's thread names: `PREFIX_N`

@@ -14,7 +14,7 @@ from earlylog.read.causes import busy, first_line, label, rank as rank_of, secs
 from earlylog.read.frames import (awaited_words, call_name, in_event_loop, library,
                                   task_chains, user_frame, where)
 from earlylog.read.model import Memory, PeerWaits, Process, Raised, Report, Retrying, StallRecord, WaitedBy
-from earlylog.runtime import notes, records
+from earlylog.grammar import notes, records
 
 SCHEMA = 1
 TROUBLE = ("stalled", "crashed", "killed", "vanished", "failed")

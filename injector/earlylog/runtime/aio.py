@@ -1,5 +1,5 @@
 """What an asyncio event loop's thread is really doing, read from its frames and the live tasks at
-dump time, as extra dump lines under that thread (their grammar: runtime/notes.py):
+dump time, as extra dump lines under that thread (their grammar: grammar/notes.py):
   running task: NAME (CORO): FILE:LINE in FUNC[; calls CALL]
       the loop is inside one task's step, not in its selector: FUNC at FILE:LINE is the innermost
       coroutine frame of task NAME (whose coroutine function is CORO), and CALL the call it makes
@@ -22,7 +22,9 @@ meanwhile) and at most MAX_TASKS of them are looked at. It never raises; what ca
 left out."""
 import _weakref
 
-from earlylog.runtime import holders, introspect, notes
+from earlylog.runtime import holders, introspect
+
+from earlylog.grammar import notes
 
 MAX_TASKS = 10000   # tasks looked at per loop: a copy of their set costs well under a millisecond
 MAX_DEAD = 5        # `dead task:` lines per loop

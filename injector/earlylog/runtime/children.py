@@ -1,5 +1,5 @@
 """The child processes a blocked thread waits for, read from /proc at dump time: the `child:`
-lines (written through runtime/notes.py) for the child a wait call or a subprocess.Popen names
+lines (written through grammar/notes.py) for the child a wait call or a subprocess.Popen names
 (its command, kernel state, its own blocked read or write, and who holds the pipes of one that
 exited), and, for the stall line, the living children a waiting or sleeping main thread leaves to
 speak for themselves (waited_children: runtime/watchdog.py, runtime/stuck.py). It runs in the
@@ -11,7 +11,8 @@ import os
 import sys
 
 from earlylog import enabled
-from earlylog.runtime import fds, introspect, kstate, notes, procs, sinks
+from earlylog.runtime import fds, introspect, kstate, procs, sinks
+from earlylog.grammar import notes
 
 MAX_CHILDREN = 4        # `child:` lines for a thread that waits for any child
 MAX_FRAMES = 12         # frames searched for the subprocess.Popen a thread waits on
@@ -65,7 +66,7 @@ def stuck_child(pids, folder):
     (its own console rule: not idle, not at a prompt, not a launcher waiting in turn, a wait for peer
     ranks from its second telling), else None: a supervisor relays it."""
     from earlylog.grammar import stalls
-    from earlylog.runtime import records
+    from earlylog.grammar import records
     try:
         names = fds.listdir(folder)
     except OSError:

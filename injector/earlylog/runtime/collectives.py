@@ -55,7 +55,7 @@ def initialized():
 
 def lines(ident, frame):
     """The `collective:` note of a thread waiting in a collective, else []."""
-    from earlylog.runtime import notes  # loaded by a dump, not with torch.distributed (the p2p count)
+    from earlylog.grammar import notes  # loaded by a dump, not with torch.distributed (the p2p count)
     found = waiting(ident, frame)
     return [notes.collective(*found)] if found else []
 
@@ -63,7 +63,7 @@ def lines(ident, frame):
 def words(ident, frame):
     """`waiting in all_reduce #11 on group 0 for peer ranks` for a stall line, else None."""
     from earlylog.grammar import stalls
-    from earlylog.runtime import notes
+    from earlylog.grammar import notes
     found = waiting(ident, frame)
     if not found:
         return None

@@ -3,7 +3,7 @@ Bad values never raise: each becomes a plain sentence in `Config.problems` and t
 import os
 
 from earlylog import OFF_WORDS
-from earlylog.runtime.records import DEFAULT_STALL
+from earlylog.grammar.records import DEFAULT_STALL
 
 MAX_SECONDS = 1e6  # about 11 days; more overflows the watchdog's timers
 TRUE_WORDS = ("1", "true", "on", "yes")

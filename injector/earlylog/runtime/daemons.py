@@ -6,9 +6,11 @@ import sys
 import time
 from _thread import get_ident
 
-from earlylog.runtime import introspect, kstate, records, threads
+from earlylog.runtime import introspect, kstate, threads
 
 # System calls a blocked thread is still at work in: output going out, a connection being made.
+
+from earlylog.grammar import records
 _WORKING_CALLS = ("write", "connect")
 AGAIN = 0.01  # seconds before a second look: a heartbeat thread caught awake between its sleeps is not at work
 

@@ -10,7 +10,9 @@ import faulthandler
 import os
 import sys
 
-from earlylog.runtime import records, state, threads
+from earlylog.runtime import state, threads
+
+from earlylog.grammar import records
 
 _REAL = {name: getattr(faulthandler, name) for name in (
     "enable", "disable", "is_enabled", "register", "unregister",

@@ -1,5 +1,5 @@
 """File locks a blocked thread waits for, as `file lock:` dump lines (written through
-runtime/notes.py): the file and who holds a lock on it, for a thread blocked in flock() or
+grammar/notes.py): the file and who holds a lock on it, for a thread blocked in flock() or
 fcntl(F_SETLKW), retrying in the filelock package's acquire(), or sleeping in SQLite's busy
 handler; the holders read from /proc/locks. It runs in the watchdog thread at dump time only. It
 must never read, lock or keep the file (it reads its fd's /proc link and fstat, /proc/locks and
@@ -9,7 +9,9 @@ import os
 import sys
 from stat import S_ISREG
 
-from earlylog.runtime import fds, introspect, notes, procs
+from earlylog.runtime import fds, introspect, procs
+
+from earlylog.grammar import notes
 
 MAX_FRAMES = 12         # frames searched for the filelock package's acquire() a thread retries in
 MAX_HOLDERS = 4         # processes named as a file lock's holders

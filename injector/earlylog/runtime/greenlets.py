@@ -2,7 +2,7 @@
 runs the hub. A monkey-patched program's thread sits in the hub's loop (`run at hub.py:647`)
 whenever every greenlet waits; the program's own work is in the greenlets the hub switches to.
 Their stacks are read from each greenlet's `gr_frame` (its suspended frame), never by switching
-to them. The lines (their grammar: runtime/notes.py):
+to them. The lines (their grammar: grammar/notes.py):
   greenlets: N waiting on this thread's LIB hub[, M listed]      LIB: gevent or eventlet
   greenlet: NAME: FILE:LINE in FUNC > ... > waits on KIND[ `EXPR`] (TYPE)[; held by greenlet NAME; with
       block at FILE:LINE in FUNC | ; socket: peers.socket_line()'s words]   KIND: event, lock, queue get|put, greenlet join, joinall, socket OP,
@@ -18,7 +18,9 @@ the program's code (greenlet's own C descriptors are read, never a library's pro
 import os
 import sys
 
-from earlylog.runtime import holders, introspect, notes, peers
+from earlylog.runtime import holders, introspect, peers
+
+from earlylog.grammar import notes
 
 MAX_BLOCKS = 1000000  # allocated memory blocks (about 2.5 per object) above which the heap is not scanned:
                       # the scan takes about 10 ms per 100,000 objects, holding the GIL

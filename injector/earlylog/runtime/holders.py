@@ -1,5 +1,5 @@
 """Who holds a lock, and the source analysis that tells it. For a thread waiting on a lock or
-semaphore, the `held by:` lines (written through runtime/notes.py): an RLock's owner; a thread
+semaphore, the `held by:` lines (written through grammar/notes.py): an RLock's owner; a thread
 whose frames sit inside a `with` block on it, or past an `acquire()` with no `release()` since;
 not a thread inside Condition.wait(), which gave it back. It owns the reading of the program's
 source for that: the calls, `with` items and `acquire()` statements of the functions on the
@@ -14,7 +14,9 @@ first one parses the functions on the stacks (runtime/syntax.py: `ast`'s pieces 
 the sources say is kept for the next dumps (line and column numbers only, never a syntax tree)."""
 import sys
 
-from earlylog.runtime import introspect, notes as grammar, syncs, threads as our_threads
+from earlylog.runtime import introspect, syncs, threads as our_threads
+
+from earlylog.grammar import notes as grammar
 
 MAX_FRAMES = 40       # frames looked at per thread, as in the dump itself
 MAX_SOURCE = 2000000  # characters: a larger file is parsed a function at a time only

@@ -6,9 +6,11 @@ import sys
 import time
 from _thread import get_ident
 
-from earlylog.runtime import records, state
+from earlylog.runtime import state
 
 # How the status is known, since atexit callbacks are not told it (by then the SystemExit is
+
+from earlylog.grammar import records
 # gone: sys.exc_info() and sys.last_value are empty):
 #   - sys.exit(n) (argparse, click, console scripts), exit()/quit(), os._exit(n): wrapped, each
 #     keeping the original and recording n before calling it (os.exec*, wrapped too, leaves an

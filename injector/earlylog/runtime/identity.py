@@ -4,7 +4,7 @@ Read-only: it looks at sys, os.environ and /proc, and must never change any of t
 import os
 import sys
 
-from earlylog.runtime import records
+from earlylog.grammar import records
 
 # multiprocessing starts its helpers with `python -c "from multiprocessing.X import ..."`.
 _MP_ROLES = (

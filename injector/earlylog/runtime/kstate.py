@@ -127,7 +127,7 @@ def describe(tid, cpu_share=None):
     if not letter:
         return ""
     from earlylog.grammar import stalls  # at a stall or dump only: the beats never describe
-    from earlylog.runtime import notes
+    from earlylog.grammar import notes
     if letter == "R" or (cpu_share is not None and cpu_share >= stalls.BUSY_SHARE):
         return notes.busy(cpu_share, _in_kernel(tid))
     wchan = _read("/proc/self/task/%d/wchan" % tid)

@@ -2,7 +2,7 @@
 the entry point (lines) that gathers a thread's `child:` lines (runtime/children.py) and
 `file lock:` lines (runtime/filelocks.py), and writes the lines of this thread's own blocked fd
 itself: the process at the other end of a full stdout or of stdin (`pipe:`, `stdin:`, `reads:`),
-a Unix socket's peer, and a TCP socket's connection (`socket:`), all through runtime/notes.py
+a Unix socket's peer, and a TCP socket's connection (`socket:`), all through grammar/notes.py
 (their grammar, and the reader's parser of them). It runs in the watchdog thread at dump time
 only. It must never read from, write to or keep an inspected fd (it reads /proc links, fdinfo,
 queue sizes and /proc/net/tcp; a socket's peer through a high duplicate, closed at once), never
@@ -11,7 +11,9 @@ library's), never block, and never raise: what cannot be read is left out."""
 import os
 import sys
 
-from earlylog.runtime import children, fds, filelocks, introspect, kstate, notes, procs
+from earlylog.runtime import children, fds, filelocks, introspect, kstate, procs
+
+from earlylog.grammar import notes
 
 SOCKET_FRAMES = 3       # frames searched for the socket a thread polls
 MAX_TABLE_BYTES = 4 << 20  # /proc/net/tcp is read this far at most (a busy host)

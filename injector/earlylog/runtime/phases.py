@@ -4,7 +4,9 @@ import os
 import time
 from _thread import get_ident
 
-from earlylog.runtime import records, state
+from earlylog.runtime import state
+
+from earlylog.grammar import records
 
 
 class Open:

@@ -1,7 +1,7 @@
 """Who can still change the object a thread waits on: the program's other live threads whose stack
 refers to it (a variable of one of their frames, an attribute of their `self`, a global or closure
 their code names, and the program's own functions that code names, a few calls deep), written as
-the `can change it:` note under `waits for:` (runtime/notes.py). A queue nothing can fill, an
+the `can change it:` note under `waits for:` (grammar/notes.py). A queue nothing can fill, an
 event nothing can set, a barrier whose last party never comes, a condition nothing can notify, a
 semaphore nothing can release: the reader's causes from a waited object's state
 (read/object_causes.py) rest on it.
@@ -20,7 +20,8 @@ import os
 import sys
 
 from earlylog.grammar import places
-from earlylog.runtime import introspect, notes as grammar, threads as our_threads
+from earlylog.runtime import introspect, threads as our_threads
+from earlylog.grammar import notes as grammar
 
 _FUNCTION = type(lambda: None)
 _CODE = type(_FUNCTION.__code__)

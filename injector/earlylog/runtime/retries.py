@@ -8,7 +8,9 @@ text), never imports, and holds no program object beyond the one exception each 
 handling at the last beat (so that a new one is told from it), which it lets go at the next."""
 import time
 
-from earlylog.runtime import records, redact, threads
+from earlylog.runtime import redact, threads
+
+from earlylog.grammar import records
 
 QUIET = 60.0      # a thread seen handling nothing new for this long starts a new count
 MIN_FAILURES = 2  # failures caught at one place before a thread is called retrying
@@ -165,7 +167,7 @@ def lines(ident, frame):
     exc = handling(ident, frame)
     if exc is None:
         return []
-    from earlylog.runtime import notes  # loaded with the dump (stacks.py): the beats only count
+    from earlylog.grammar import notes  # loaded with the dump (stacks.py): the beats only count
     out = [notes.handling(describe(exc))]
     entry = seen.get(ident)
     if entry is not None and entry[0] == _site(exc) and entry[2] >= MIN_FAILURES:

@@ -1,13 +1,14 @@
 """The program's Python signal handlers, and which of them reach an object: for a thread waiting
 on an Event, the handlers that can set it (`set by:` lines), and for the main thread waiting on
 a lock inside a handler, the handler it runs in (`in signal handler:`), written by waits.py
-through runtime/notes.py; the list of the program's handlers for a dump's header (stacks.py).
+through grammar/notes.py; the list of the program's handlers for a dump's header (stacks.py).
 It runs in the watchdog thread at dump time only. It must never call a handler nor run any of
 the program's code: handlers are found with signal.getsignal(), told apart by exact type
 (a function, or a bound method's function), and what they reach is read from their code's
 names, their globals and closure cells, and their instance's dict (runtime/introspect.py); it
 never installs or changes a handler, never blocks and never raises."""
-from earlylog.runtime import introspect, records
+from earlylog.runtime import introspect
+from earlylog.grammar import records
 
 MAX_FRAMES = 40  # frames looked at per thread, as in the dump itself
 _FUNCTION = type(lambda: None)

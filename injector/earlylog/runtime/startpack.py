@@ -18,17 +18,20 @@ import sys
 import _frozen_importlib as _bootstrap  # the import system's own, loaded in every process
 import _frozen_importlib_external as _external
 
-PACKAGE = "earlylog.runtime."
-# The runtime modules every start loads before the program's first line, each after the ones it
-# imports at its top (tests/test_startpack.py checks both against the source and a real process).
-# The watchdog's module loads in its own thread, after start-up
-# (docs/design.md#the-watchdog-loads-in-its-thread).
-MODULES = ("state", "libc", "records", "identity", "sinks", "config", "redact", "phases", "hooks",
-           "imports", "stdio", "threads", "fault", "boot")
-FORMAT = b"earlylog startpack 4\n"
+PACKAGE = "earlylog."
+# The modules every start loads before the program's first line (the runtime's, and the log's
+# grammar it writes through), each after the ones it imports at its top (tests/test_startpack.py
+# checks both against the source and a real process). The watchdog's module loads in its own
+# thread, after start-up (docs/design.md#the-watchdog-loads-in-its-thread).
+MODULES = ("runtime.state", "runtime.libc", "grammar", "grammar.records", "runtime.identity", "runtime.sinks",
+           "runtime.config", "runtime.redact", "runtime.phases", "runtime.hooks", "runtime.imports",
+           "runtime.stdio", "runtime.threads", "runtime.fault", "runtime.boot")
+_PACKAGES = ("grammar",)  # of MODULES, the packages (an __init__.py)
+FORMAT = b"earlylog startpack 5\n"
 _HASHED = len(_external.MAGIC_NUMBER) + len(FORMAT) + 8  # magic, format, hash: then the hashed body
 _MAX = 4 << 20  # a pack is about 200 KB: never allocate what a bad file's size says
 HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.dirname(HERE)  # the earlylog package's folder
 # What the last start() did (tests read it): "used", "stale", "missing", "bad" or "off"
 outcome = None
 
@@ -51,7 +54,9 @@ def header(body):
 
 
 def source(name):
-    return os.path.join(HERE, name + ".py")
+    """The source file of a MODULES name ("runtime.boot", "grammar")."""
+    path = os.path.join(TOP, *name.split("."))
+    return os.path.join(path, "__init__.py") if name in _PACKAGES else path + ".py"
 
 
 class PackedLoader(_external.SourceFileLoader):
@@ -65,7 +70,6 @@ def _load(pack):
     the import system would: the same module attributes, spec and parent attribute, without its
     finders, locks and file reads. A module whose source changed, or that fails, is left to the
     normal import (a module that imports it gets it that way). True if all were current."""
-    parent = sys.modules[PACKAGE[:-1]]
     folder, _, own = path()[:-len(".pack")].rpartition(os.sep)  # .../__pycache__, startpack.<tag>
     folder, tail = folder + os.sep, own[len("startpack"):] + ".pyc"
     current, entries = True, pack.entries
@@ -80,15 +84,26 @@ def _load(pack):
             st = os.stat(filename)
         except OSError:
             st = None
-        if st is None or st.st_mtime_ns != entry[0] or st.st_size != entry[1]:
+        parent_name, _, leaf = name.rpartition(".")
+        parent = sys.modules.get(parent_name)
+        if st is None or st.st_mtime_ns != entry[0] or st.st_size != entry[1] or parent is None:
             current = False
             continue
+        package = short in _PACKAGES
         loader = PackedLoader(name, filename)
-        spec = _bootstrap.ModuleSpec(name, loader, origin=filename)
+        spec = _bootstrap.ModuleSpec(name, loader, origin=filename, is_package=package)
         spec.has_location = True
         module = type(sys)(name)
-        module.__file__, module.__cached__, module.__loader__ = filename, folder + short + tail, loader
-        module.__package__, module.__spec__ = PACKAGE[:-1], spec
+        module.__file__, module.__loader__ = filename, loader
+        # The runtime's .pyc files sit beside the pack (the one folder path() found), the grammar's
+        # in its own __pycache__ (the import system is asked only under a pycache prefix).
+        module.__cached__ = folder + leaf + tail if short.startswith("runtime.") else \
+            filename[:-len(filename.rpartition(os.sep)[2])] + "__pycache__" + os.sep + \
+            filename.rpartition(os.sep)[2][:-3] + tail if sys.pycache_prefix is None else \
+            _external.cache_from_source(filename)
+        module.__package__, module.__spec__ = name if package else parent_name, spec
+        if package:
+            spec.submodule_search_locations = module.__path__ = [os.path.dirname(filename)]
         sys.modules[name] = module
         try:
             code = entry[2]
@@ -98,7 +113,7 @@ def _load(pack):
             if sys.modules.get(name) is module:
                 del sys.modules[name]
             return False  # the rest import as usual
-        setattr(parent, short, module)
+        setattr(parent, leaf, module)
     return current
 
 
@@ -138,7 +153,7 @@ def start(origin):
     missing, stale or bad. Never raises: any problem leaves the normal imports."""
     global outcome
     try:
-        started = sys.modules.get(PACKAGE + "state")
+        started = sys.modules.get(PACKAGE + "runtime.state")
         if started is not None and started.pid == os.getpid():
             return  # a venv runs .pth lines twice; .pth and sitecustomize may both fire
         outcome = _open()

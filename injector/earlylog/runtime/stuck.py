@@ -20,7 +20,8 @@ import weakref
 from _thread import get_ident
 
 from earlylog.grammar import places, stalls
-from earlylog.runtime import kstate, records, threads as our_threads
+from earlylog.runtime import kstate, threads as our_threads
+from earlylog.grammar import records
 
 MAX_FRAMES = 40     # frames in a stack signature, as in a dump
 # Event loops' tasks are looked at only while there are at most this many (about 7 us each, with
@@ -37,7 +38,7 @@ except (AttributeError, ValueError, OSError):
 # (a pause of its own), `signal` (a service waiting for SIGTERM) or `accept` (a server's idle).
 PARTNER = ("futex", "read", "write", "poll", "connect", "wait", "waitid", "flock", "fcntl", "open")
 # Where a thread parks between pieces of work, and the frames that may be inside it: the waiting
-# (runtime/notes.py's WORK and PLUMBING, which the report judges idleness by), and here also a
+# (grammar/notes.py's WORK and PLUMBING, which the report judges idleness by), and here also a
 # server's accept() with a timeout, which polls. notes is loaded at the first judgement, not here:
 # the watchdog's beats load this module, and the grammar waits for a dump.
 _POLLED_WORK = (("socket.py", "accept"),)
@@ -423,7 +424,7 @@ def _alone(loop, task, tasks):
 
 
 def _parked(stack, inner, main, users):
-    from earlylog.runtime import notes
+    from earlylog.grammar import notes
     work = [(suffix, name) for suffix, name, _words in notes.WORK] + list(_POLLED_WORK)
     plumbing = lambda frames: all(any(_is(p, s) for s in notes.PLUMBING + _POLLED_PLUMBING)  # noqa: E731
                                   for p, _f, _l in frames)
@@ -450,7 +451,8 @@ def waiting_for_work():
     parked. Such a process's silence is its idleness: the watchdog keeps its stall line off the
     console (read/idle.py judges the dump the same way). Called in the watchdog thread under
     threads.gated; reads frames and the loop's task set, runs none of the program's code."""
-    from earlylog.runtime import notes, stacks
+    from earlylog.runtime import stacks
+    from earlylog.grammar import notes
     main_ident = our_threads.main_ident()
     tids = kstate.kernel_ids()
     parked = serving = stopping = False
@@ -490,7 +492,7 @@ def waiting_for_work():
 def _task_waits_for_work(chain, server_read):
     """A library's own task, or one that awaits a server, a queue, a sleep or its client's next
     request (read/idle.py's _loop_tasks)."""
-    from earlylog.runtime import notes
+    from earlylog.grammar import notes
     return server_read or bool(chain) and all(places.foreign(path) for path, _func in chain) or \
         any(func == name and _is(path, suffix) for path, func in chain for suffix, name in notes.ASYNC_WORK)
 
@@ -505,6 +507,6 @@ def _waiting(frame, tid):
             return "joining a thread"
         return "waiting for %s %s%s" % (kind, name or "?", " (%s)" % call if kind == "queue" else "")
     words = kstate.describe(tid)
-    from earlylog.runtime import notes  # loaded by describe() itself
+    from earlylog.grammar import notes  # loaded by describe() itself
     state = notes.parse(words) if words else None
     return state.what if state is not None and not state.busy else words or "blocked"

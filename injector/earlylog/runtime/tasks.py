@@ -7,7 +7,9 @@ for the first MAX of a process. It never changes what set_exception does, raises
 import sys
 from _thread import get_ident
 
-from earlylog.runtime import records, state, threads
+from earlylog.runtime import state, threads
+
+from earlylog.grammar import records
 
 MAX = 20  # failed tasks recorded per process: a program may fail tasks by the thousand on purpose
 _told = [0]

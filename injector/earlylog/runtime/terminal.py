@@ -22,7 +22,7 @@ _STDLIB = os.path.dirname(os.__file__)
 def note(tid, frame, main=False):
     """The `terminal:` line of a thread waiting for input at a terminal, or None."""
     what = _prompt(tid, frame, main)
-    from earlylog.runtime import notes  # a dump's: waiting(), at a stall, needs none of it
+    from earlylog.grammar import notes  # a dump's: waiting(), at a stall, needs none of it
     return notes.terminal(WORDS, what) if what else None
 
 

@@ -1,7 +1,7 @@
 """What a blocked thread waits for, read from the live objects at dump time, as extra dump lines:
 the lock, queue, event, barrier, future, thread or module import it waits on, named as the code
 names it (`cache_lock`, `self._lock`), as `waits for:` and `joins:` lines, written through
-runtime/notes.py (their grammar, and the reader's parser of them). It owns which wait a frame is
+grammar/notes.py (their grammar, and the reader's parser of them). It owns which wait a frame is
 in (a stdlib wait method, found by runtime/syncs.py; a C lock's acquire() or a SimpleQueue's
 get() read from the source's call, runtime/holders.py; importlib's lock for a module) and the
 notes() entry point, which adds the lock's `held by:` lines (holders.py) and the signal handler
@@ -14,7 +14,9 @@ known is left out. Its cost falls on dumps only: nothing is imported before the 
 import _collections
 import sys
 
-from earlylog.runtime import holders, introspect, notes as grammar, reach, signals, syncs
+from earlylog.runtime import holders, introspect, reach, signals, syncs
+
+from earlylog.grammar import notes as grammar
 
 _DEQUE = _collections.deque
 # (label, module, class) of the objects a wait can be on, most derived first.
