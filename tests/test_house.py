@@ -45,6 +45,21 @@ def test_the_runtime_never_imports_the_reader_or_the_command():
             assert not module.startswith(("earlylog.read", "earlylog.cli")), (path, module)
 
 
+def test_the_runtime_reaches_the_reader_only_through_the_judge_file():
+    """No import and no code string of the runtime names the reader or the command: runtime/act.py
+    starts cli/judge.py by its path (`python -I -S .../cli/judge.py LOG PID`), the documented entry."""
+    for path in _sources("runtime"):
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        texts = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+        code = [t for t in texts if any("%s earlylog.%s" % (word, side) in t
+                                        for word in ("from", "import") for side in ("cli", "read"))]
+        assert not code, (path, code)
+    from earlylog.runtime import act
+    argv = act.judge_argv("/tmp/x.log", 42)
+    assert argv[1:3] == ["-I", "-S"] and argv[3] == act.JUDGE == os.path.join(PACKAGE, "cli", "judge.py")
+
+
 def test_the_grammar_belongs_to_neither_room():
     for path in _sources("grammar"):
         for module, _name in _imports(path):

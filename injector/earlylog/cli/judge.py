@@ -1,15 +1,30 @@
-"""`earlylog.cli.judge LOG PID`: the report's judgement of one process that its own watchdog asks
-for after a stall dump (runtime/act.py starts it without EARLYLOG, and reads its one line of JSON).
-It reads that one log file only, and never writes anything but its answer on stdout.
-`stuck` is true only for a process the report calls stalled and that is neither idle, busy, a
-parent waiting for its children, nor waiting for a person at a terminal."""
-import json
+"""`python -I -S EARLYLOG/cli/judge.py LOG PID`: the report's judgement of one process that its own
+watchdog asks for after a stall dump. This file, run by its path, is the runtime's one way into
+the reader (runtime/act.py starts it isolated, without site or EARLYLOG, and reads its one line
+of JSON): the runtime never imports the reader. It reads that one log file only, and never writes
+anything but its answer on stdout. `stuck` is true only for a process the report calls stalled
+and that is neither idle, busy, a parent waiting for its children, nor waiting for a person at a
+terminal."""
 import os
-import socket
 import sys
-import time
 
-from earlylog.grammar import stalls
+if __name__ == "__main__":
+    # Run by path: close what the watchdog's process left open to it (the program's sockets, pipes,
+    # a listening port: posix_spawn has no closefrom), and put this copy of earlylog first on the
+    # path, before any import of the package.
+    for _fd in os.listdir("/proc/self/fd"):
+        if int(_fd) > 2:
+            try:
+                os.close(int(_fd))
+            except OSError:
+                pass
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+import json  # noqa: E402 (after the path above)
+import socket  # noqa: E402
+import time  # noqa: E402
+
+from earlylog.grammar import stalls  # noqa: E402
 from earlylog.read import logread, rank_causes, verdict
 from earlylog.read.causes import label
 from earlylog.read.frames import where
@@ -91,7 +106,7 @@ def main(argv):
     try:
         path, pid = argv[0], int(argv[1])
     except (IndexError, ValueError):
-        sys.stderr.write("usage: python -m earlylog.cli.judge LOG PID\n")
+        sys.stderr.write("usage: python -I -S EARLYLOG/cli/judge.py LOG PID\n")
         return 2
     sys.stdout.write(json.dumps(judgement(path, pid)) + "\n")
     return 0

@@ -122,6 +122,9 @@ class Child:
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The judge's entry point: the reader's one file the runtime starts, by its path (cli/judge.py says
+# how it runs); the runtime never imports the reader.
+JUDGE = os.path.join(ROOT, "earlylog", "cli", "judge.py")
 
 
 # posix_spawn has no closefrom: the child closes the descriptors it inherited (the program's sockets,
@@ -135,9 +138,8 @@ _CLOSE = ("import os, sys\n"
 
 def judge_argv(log, pid):
     """The judge's command line: this interpreter, isolated (-I: no user site, no PYTHON* variables;
-    -S: no site at all), with this copy of earlylog first on its path."""
-    code = _CLOSE + "sys.path.insert(0, sys.argv[1]); from earlylog.cli import judge; sys.exit(judge.main(sys.argv[2:]))"
-    return [sys.executable, "-I", "-S", "-c", code, ROOT, log, str(pid)]
+    -S: no site at all), running this copy of earlylog's cli/judge.py."""
+    return [sys.executable, "-I", "-S", JUDGE, log, str(pid)]
 
 
 def command_argv(command):
@@ -210,8 +212,7 @@ class Act:
             if silent and (self.dumped_at is None or now - self.dumped_at > 1.0 or wd.episode != silent_since):
                 # Fresh stacks for the judge and for whoever reads why the process ended (a thread
                 # stuck while others print has the per-thread dumps of its own episode).
-                wd.stall_dump(stuck_for)
-                wd.episode = silent_since
+                wd.open_stall(silent_since, stuck_for)
                 self.seen_dumps, self.dumped_at = wd.stall_dumps, now
             self.exit_tried = self.seen_dumps
             if self.dumped_at is not None:
@@ -222,7 +223,7 @@ class Act:
             self._start_judge("announce")
 
     def _start_judge(self, purpose):
-        if not os.path.isfile(os.path.join(ROOT, "earlylog", "cli", "judge.py")):
+        if not os.path.isfile(JUDGE):
             # `earlylog run`/`env` put a copy of the runtime alone on PYTHONPATH: no reader to judge with.
             self.watchdog.say("WARNING", "EARLYLOG_ON_STALL and EARLYLOG_STALL_EXIT need earlylog installed in "
                                          "this interpreter (`earlylog install`); the runtime copy at %s has no "

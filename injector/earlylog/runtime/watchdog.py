@@ -171,8 +171,7 @@ class Watchdog:
                 # delivering is slow, not stuck (runtime/progress.py).
                 pace = self.checks[0].heartbeat(now, self.stall) if now - silent_since >= self.next_at else None
                 if now - silent_since >= self.next_at and (pace is None or pace.late()):
-                    self.episode = silent_since
-                    self.stall_dump(now - silent_since, moved)
+                    self.open_stall(silent_since, now - silent_since, moved)
                     self.next_at += min(self.next_at, stalls.GROWTH_CAP)
                 # A thread stuck while others print, or no training step: docs/watchdog.md#progress
                 self.checks[0].check(self, now, self.episode is not None)
@@ -231,6 +230,13 @@ class Watchdog:
             share = (cpu - self.cpu_at_beat) / gap if None not in (cpu, self.cpu_at_beat) else 0
             self.say("stall", stalls.gil(gap, share))
         self.last_beat, self.cpu_at_beat = now, cpu
+
+    def open_stall(self, silent_since, silence, moved=False):
+        """Tell the process's silence since silent_since (monotonic) as a stall: its line and dump.
+        Its episode ends when output resumes (the `over` line). act.py calls it too, for fresh
+        stacks before it judges."""
+        self.episode = silent_since
+        self.stall_dump(silence, moved)
 
     def stall_dump(self, silence, moved=False):
         # The CPU sample sleeps SAMPLE seconds: outside the gate, so no fork waits for it.
