@@ -49,8 +49,8 @@ def torch_loop(result, steps):
 def log_line(result, calls, blocks):
     """earlylog.log() against the same bytes written by two raw os.write calls, block by block."""
     import earlylog
-    from earlylog.runtime import state
     from earlylog.grammar import records
+    from earlylog.runtime import state
     logger = state.logger
     if logger is None:
         raise SystemExit("earlylog did not start in this process")

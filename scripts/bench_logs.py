@@ -5,9 +5,8 @@ import random
 import time
 from types import SimpleNamespace
 
-from earlylog.runtime import sinks
-
 from earlylog.grammar import records
+from earlylog.runtime import sinks
 
 HOSTS = ("gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04")
 

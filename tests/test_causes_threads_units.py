@@ -8,8 +8,8 @@ import threading
 import time
 
 from earlylog.read import logread, verdict
-from earlylog.runtime import waits
 from earlylog.grammar import records
+from earlylog.runtime import waits
 from support import T0, stalled, thread, write
 
 BUSY = "busy: running on a CPU (98% of a core)"

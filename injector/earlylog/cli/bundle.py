@@ -59,8 +59,8 @@ def cache_root():
 
 def pythonpath_folder():
     """A folder with sitecustomize.py beside a runtime copy, made once per version and content."""
-    from earlylog.runtime import sinks
     from earlylog.grammar import records
+    from earlylog.runtime import sinks
     name = "runtime-%s-%s" % (__version__, _fingerprint())
     candidates = [cache_root(), os.path.join(records.default_base(), "cache")]
     last_error = None

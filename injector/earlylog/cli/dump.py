@@ -8,8 +8,8 @@ import re
 import time
 
 from earlylog.read import files
-from earlylog.runtime import fault
 from earlylog.grammar import records
+from earlylog.runtime import fault
 from earlylog.cli.errors import CliError
 
 WAIT = fault.BEAT_MAX + 2.0  # one beat, the dump's CPU sample, and a loaded machine

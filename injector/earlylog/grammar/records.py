@@ -357,21 +357,6 @@ def _place(function, filename, line):
     return (function, filename, int(line)) if function is not None else None
 
 
-def outer(frame):
-    """The innermost frame of the program's own code from frame outwards (not the standard
-    library's, an installed package's nor earlylog's: its wrappers (marks.py) sit between a library
-    and the program wherever earlylog is installed, on PYTHONPATH or editable too), or None; read at
-    exit or on a rare event, not at start-up."""
-    import os
-    import sys
-    ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the earlylog package
-    libraries = tuple({os.path.dirname(os.__file__) + os.sep, ours} |
-                      {p + os.sep for p in sys.path if p.endswith("-packages")})
-    while frame is not None and frame.f_code.co_filename.startswith(libraries):
-        frame = frame.f_back
-    return frame
-
-
 _second = (None, "")  # (whole second, its local time text): one tuple, so a reader never sees half
 
 

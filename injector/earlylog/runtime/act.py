@@ -16,11 +16,10 @@ import os
 import sys
 import time
 
+from earlylog.grammar import records
 from earlylog.runtime import fds, hooks, spawn
 
 # The exit status of a process EARLYLOG_STALL_EXIT ends: GNU timeout's status for a command that ran
-
-from earlylog.grammar import records
 # past its limit. Non-zero, so torchrun's agent, Slurm and Kubernetes count a failed worker; below
 # 128, so nothing reads it as a death by signal (128+N); and a status Python itself never uses.
 EXIT_STATUS = 124

@@ -22,9 +22,8 @@ meanwhile) and at most MAX_TASKS of them are looked at. It never raises; what ca
 left out."""
 import _weakref
 
-from earlylog.runtime import holders, introspect
-
 from earlylog.grammar import notes
+from earlylog.runtime import holders, introspect
 
 MAX_TASKS = 10000   # tasks looked at per loop: a copy of their set costs well under a millisecond
 MAX_DEAD = 5        # `dead task:` lines per loop

@@ -163,8 +163,8 @@ def _failed(step, exc):
 
 
 def _start(origin, parent_tag=None):
-    from earlylog.runtime import config as config_module, identity, redact, sinks
     from earlylog.grammar import records
+    from earlylog.runtime import config as config_module, identity, redact, sinks
     started = time.time()
     config = state.config = config_module.Config()
     if not config.enabled:

@@ -2,9 +2,8 @@
 It must only read /proc and /sys, and offer a line only when something moved (an idle log stays short)."""
 import os
 
-from earlylog.runtime import fds
-
 from earlylog.grammar import records
+from earlylog.runtime import fds
 
 MOVED = 0.10       # a change of this share (or of STEP bytes) is worth a new line
 STEP = 256 << 20

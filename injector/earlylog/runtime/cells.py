@@ -11,9 +11,8 @@ getattr, a property or a trait, and the map is only looked up, never iterated. W
 not loaded, or is laid out otherwise, it writes nothing."""
 import sys
 
-from earlylog.runtime import introspect
-
 from earlylog.grammar import notes as grammar
+from earlylog.runtime import introspect
 
 MAX_FRAMES = 40  # frames looked at per thread, as in the dump itself
 

@@ -11,8 +11,8 @@ import os
 import sys
 
 from earlylog import enabled
-from earlylog.runtime import fds, introspect, kstate, procs, sinks
 from earlylog.grammar import notes
+from earlylog.runtime import fds, introspect, kstate, procs, sinks
 
 MAX_CHILDREN = 4        # `child:` lines for a thread that waits for any child
 MAX_FRAMES = 12         # frames searched for the subprocess.Popen a thread waits on

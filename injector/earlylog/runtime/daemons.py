@@ -6,28 +6,28 @@ import sys
 import time
 from _thread import get_ident
 
+from earlylog.grammar import records
 from earlylog.runtime import introspect, kstate, threads
 
 # System calls a blocked thread is still at work in: output going out, a connection being made.
-
-from earlylog.grammar import records
 _WORKING_CALLS = ("write", "connect")
 AGAIN = 0.01  # seconds before a second look: a heartbeat thread caught awake between its sleeps is not at work
 
 
-def at_work():
+def at_work(program_frame):
     """[(name, place)] of the program's daemon threads at work now, and still a moment later:
     running, in disk I/O, or blocked writing or connecting, in the program's own code (a library's
-    helper thread is none); not one that waits (for work, a lock, input, a sleep)."""
-    found = _look()
+    helper thread is none); not one that waits (for work, a lock, input, a sleep). program_frame:
+    hooks.program_frame (the program's own frame from a frame outwards; hooks loads this module)."""
+    found = _look(program_frame)
     if found:
         time.sleep(AGAIN)
-        again = {tid for tid, _name, _place in _look()}
+        again = {tid for tid, _name, _place in _look(program_frame)}
         found = [(tid, name, place) for tid, name, place in found if tid in again]
     return [(name, place) for _tid, name, place in found]
 
 
-def _look():
+def _look(program_frame):
     threading = sys.modules.get("threading")
     active = introspect.field(threading, "_active") if threading is not None else None
     if type(active) is not dict:
@@ -38,7 +38,7 @@ def _look():
         frame = frames.get(ident)
         if ident == get_ident() or frame is None or introspect.field(thread, "_daemonic") is not True:
             continue
-        mine = records.outer(frame)
+        mine = program_frame(frame)
         tid = introspect.field(thread, "_native_id")
         if mine is None or type(tid) is not int or not _working(tid):
             continue

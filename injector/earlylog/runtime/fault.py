@@ -10,9 +10,8 @@ import faulthandler
 import os
 import sys
 
-from earlylog.runtime import state, threads
-
 from earlylog.grammar import records
+from earlylog.runtime import state, threads
 
 _REAL = {name: getattr(faulthandler, name) for name in (
     "enable", "disable", "is_enabled", "register", "unregister",

@@ -9,9 +9,8 @@ import os
 import sys
 from stat import S_ISREG
 
-from earlylog.runtime import fds, introspect, procs
-
 from earlylog.grammar import notes
+from earlylog.runtime import fds, introspect, procs
 
 MAX_FRAMES = 12         # frames searched for the filelock package's acquire() a thread retries in
 MAX_HOLDERS = 4         # processes named as a file lock's holders

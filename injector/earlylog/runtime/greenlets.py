@@ -18,9 +18,8 @@ the program's code (greenlet's own C descriptors are read, never a library's pro
 import os
 import sys
 
-from earlylog.runtime import holders, introspect, peers
-
 from earlylog.grammar import notes
+from earlylog.runtime import holders, introspect, peers
 
 MAX_BLOCKS = 1000000  # allocated memory blocks (about 2.5 per object) above which the heap is not scanned:
                       # the scan takes about 10 ms per 100,000 objects, holding the GIL

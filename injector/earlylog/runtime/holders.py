@@ -14,9 +14,8 @@ first one parses the functions on the stacks (runtime/syntax.py: `ast`'s pieces 
 the sources say is kept for the next dumps (line and column numbers only, never a syntax tree)."""
 import sys
 
-from earlylog.runtime import introspect, syncs, threads as our_threads
-
 from earlylog.grammar import notes as grammar
+from earlylog.runtime import introspect, syncs, threads as our_threads
 
 MAX_FRAMES = 40       # frames looked at per thread, as in the dump itself
 MAX_SOURCE = 2000000  # characters: a larger file is parsed a function at a time only

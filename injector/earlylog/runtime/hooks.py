@@ -6,11 +6,10 @@ import sys
 import time
 from _thread import get_ident
 
+from earlylog.grammar import records
 from earlylog.runtime import state
 
 # How the status is known, since atexit callbacks are not told it (by then the SystemExit is
-
-from earlylog.grammar import records
 # gone: sys.exc_info() and sys.last_value are empty):
 #   - sys.exit(n) (argparse, click, console scripts), exit()/quit(), os._exit(n): wrapped, each
 #     keeping the original and recording n before calling it (os.exec*, wrapped too, leaves an
@@ -110,10 +109,21 @@ def _saw(value, how, caller=None, lines=None):
         pass
 
 
+def program_frame(frame):
+    """The innermost frame of the program's own code from frame outwards (grammar/places.py's
+    rule: not the standard library's, a `<frozen ...>` module's, an installed package's nor
+    earlylog's, whose wrappers (marks.py) sit between a library and the program), or None. Read at
+    exit or on a rare event, never at start-up."""
+    from earlylog.grammar import places
+    while frame is not None and places.foreign(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
 def _places(caller, lines=None):
     """(the caller's place, and the program's own frame that led there when the call is in a
     library, else None), as exit_call() words them; lines: {frame: line} as _saw() has them."""
-    outer = records.outer(caller)
+    outer = program_frame(caller)
     return _where(caller, lines), _where(outer, lines) if outer is not None and outer is not caller else None
 
 
@@ -195,7 +205,7 @@ def _os_exit(status):
             _saw(status, "os._exit", caller)
             if isinstance(_status, tuple) and get_ident() != _main:
                 _status = (_status[0], _status[1] + _other_thread())
-            elif isinstance(_status, tuple) and records.outer(caller) is caller:
+            elif isinstance(_status, tuple) and program_frame(caller) is caller:
                 # The program's own call, not multiprocessing's or a pool's end of a worker.
                 _status = (_status[0], _status[1] + records.exit_from())
             _record()
@@ -273,7 +283,7 @@ def _record():
     threading = sys.modules.get("threading")
     if threading is not None and len(getattr(threading, "_active", ())) > 1:
         from earlylog.runtime import daemons  # stopped at exit without a word: say which were at work
-        working = daemons.at_work()
+        working = daemons.at_work(program_frame)
         if working:
             text += records.exit_daemons(working)
     dropped = logger.console.dropped

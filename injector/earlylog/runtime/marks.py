@@ -4,11 +4,10 @@ It must never import a library the program did not, nor change what a wrapped ca
 import os
 import sys
 
+from earlylog.grammar import records
 from earlylog.runtime import phases, progress, redact, state, stdio
 
 # The marks module loads after start-up (with the first third-party package), so the state's
-
-from earlylog.grammar import records
 # `installed` flag cannot tell whether this lineage registered the fork check yet.
 _fork_check = False
 _cuda_fork_warned = False

@@ -11,9 +11,8 @@ library's), never block, and never raise: what cannot be read is left out."""
 import os
 import sys
 
-from earlylog.runtime import children, fds, filelocks, introspect, kstate, procs
-
 from earlylog.grammar import notes
+from earlylog.runtime import children, fds, filelocks, introspect, kstate, procs
 
 SOCKET_FRAMES = 3       # frames searched for the socket a thread polls
 MAX_TABLE_BYTES = 4 << 20  # /proc/net/tcp is read this far at most (a busy host)

@@ -4,9 +4,8 @@ import os
 import time
 from _thread import get_ident
 
-from earlylog.runtime import state
-
 from earlylog.grammar import records
+from earlylog.runtime import state
 
 
 class Open:

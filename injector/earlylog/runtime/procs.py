@@ -10,9 +10,8 @@ through redact.argv."""
 import os
 import time
 
-from earlylog.runtime import fds, redact
-
 from earlylog.grammar import notes
+from earlylog.runtime import fds, redact
 
 SCAN_SECONDS = 0.2      # the longest one search for a pipe's other end may take
 SCAN_PROCS = 4000       # ... and the most processes it looks at

@@ -20,8 +20,8 @@ import os
 import sys
 
 from earlylog.grammar import places
-from earlylog.runtime import introspect, threads as our_threads
 from earlylog.grammar import notes as grammar
+from earlylog.runtime import introspect, threads as our_threads
 
 _FUNCTION = type(lambda: None)
 _CODE = type(_FUNCTION.__code__)

@@ -8,9 +8,8 @@ text), never imports, and holds no program object beyond the one exception each 
 handling at the last beat (so that a new one is told from it), which it lets go at the next."""
 import time
 
-from earlylog.runtime import redact, threads
-
 from earlylog.grammar import records
+from earlylog.runtime import redact, threads
 
 QUIET = 60.0      # a thread seen handling nothing new for this long starts a new count
 MIN_FAILURES = 2  # failures caught at one place before a thread is called retrying

@@ -7,8 +7,8 @@ the program's code: handlers are found with signal.getsignal(), told apart by ex
 (a function, or a bound method's function), and what they reach is read from their code's
 names, their globals and closure cells, and their instance's dict (runtime/introspect.py); it
 never installs or changes a handler, never blocks and never raises."""
-from earlylog.runtime import introspect
 from earlylog.grammar import records
+from earlylog.runtime import introspect
 
 MAX_FRAMES = 40  # frames looked at per thread, as in the dump itself
 _FUNCTION = type(lambda: None)

@@ -8,9 +8,8 @@ import stat
 import sys
 import time
 
-from earlylog.runtime import identity
-
 from earlylog.grammar import records
+from earlylog.runtime import identity
 from earlylog.runtime.state import HIGH_FD
 
 CONSOLE_FDS = {"stderr": 2, "stdout": 1, "off": None}  # EARLYLOG_CONSOLE -> the fd it writes to

@@ -9,9 +9,8 @@ import _collections
 import sys
 import time
 
-from earlylog.runtime import cells, greenlets, introspect, peers, retries, signals, waits
-
 from earlylog.grammar import notes, records
+from earlylog.runtime import cells, greenlets, introspect, peers, retries, signals, waits
 from earlylog.runtime import threads as our_threads
 
 MAX_FRAMES = 40

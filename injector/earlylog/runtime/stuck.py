@@ -20,8 +20,8 @@ import weakref
 from _thread import get_ident
 
 from earlylog.grammar import places, stalls
-from earlylog.runtime import kstate, threads as our_threads
 from earlylog.grammar import records
+from earlylog.runtime import kstate, threads as our_threads
 
 MAX_FRAMES = 40     # frames in a stack signature, as in a dump
 # Event loops' tasks are looked at only while there are at most this many (about 7 us each, with
@@ -451,8 +451,8 @@ def waiting_for_work():
     parked. Such a process's silence is its idleness: the watchdog keeps its stall line off the
     console (read/idle.py judges the dump the same way). Called in the watchdog thread under
     threads.gated; reads frames and the loop's task set, runs none of the program's code."""
-    from earlylog.runtime import stacks
     from earlylog.grammar import notes
+    from earlylog.runtime import stacks
     main_ident = our_threads.main_ident()
     tids = kstate.kernel_ids()
     parked = serving = stopping = False

@@ -7,9 +7,8 @@ for the first MAX of a process. It never changes what set_exception does, raises
 import sys
 from _thread import get_ident
 
-from earlylog.runtime import state, threads
-
 from earlylog.grammar import records
+from earlylog.runtime import state, threads
 
 MAX = 20  # failed tasks recorded per process: a program may fail tasks by the thousand on purpose
 _told = [0]

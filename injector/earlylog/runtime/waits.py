@@ -14,9 +14,8 @@ known is left out. Its cost falls on dumps only: nothing is imported before the 
 import _collections
 import sys
 
-from earlylog.runtime import holders, introspect, reach, signals, syncs
-
 from earlylog.grammar import notes as grammar
+from earlylog.runtime import holders, introspect, reach, signals, syncs
 
 _DEQUE = _collections.deque
 # (label, module, class) of the objects a wait can be on, most derived first.
