@@ -56,36 +56,6 @@ from earlylog.grammar.patterns import Patterns
 INDENT = "  "
 SERVER_READ = "a request on a connection its server accepted"  # what an idle server's handler awaits
 
-# What idleness looks like in a stack, judged on both sides (runtime/stuck.py at a stall, to keep an
-# idle process's line off the console; read/idle.py in the report). Where a thread parks between
-# pieces of work, and the report's words for it; the frames inside such a frame may only be the
-# waiting itself (PLUMBING).
-WORK = (("socketserver.py", "serve_forever", "waiting for work in serve_forever"),
-        ("grpc/_server.py", "wait_for_termination", "waiting for work in a gRPC server"),
-        ("concurrent/futures/thread.py", "_worker", "waiting for work in a thread pool"),
-        ("concurrent/futures/process.py", "_process_worker", "waiting for work in a process pool"),
-        ("multiprocessing/pool.py", "worker", "waiting for tasks in a multiprocessing pool"),
-        ("torch/utils/data/_utils/worker.py", "_worker_loop", "waiting for work in a DataLoader worker"),
-        ("ray/_private/worker.py", "main_loop", "waiting for tasks in Ray's worker loop"),
-        # multiprocessing's own helper processes, started with spawn and forkserver: they wait for
-        # the program's messages all their life
-        ("multiprocessing/resource_tracker.py", "main", "waiting for work in multiprocessing's resource tracker"),
-        ("multiprocessing/forkserver.py", "main", "waiting for requests in multiprocessing's fork server"))
-QUEUES = ("queue.py", "multiprocessing/queues.py")
-PLUMBING = ("selectors.py", "threading.py", "queue.py", "multiprocessing/queues.py",
-            "multiprocessing/connection.py", "multiprocessing/synchronize.py")
-# asyncio awaits that mean a task waits for work: a server, a queue, a sleep.
-ASYNC_WORK = (("asyncio/base_events.py", "serve_forever"), ("asyncio/queues.py", "get"),
-              ("asyncio/tasks.py", "sleep"), ("grpc/aio/_server.py", "wait_for_termination"))
-# A library's own run loop sleeping between rounds (Ray's monitor, torchrun's agent) is known by
-# the name of the sleeping function: one of these words between underscores (`run`, `_run`,
-# `monitor_loop`). A library sleeping elsewhere (a file lock's retry loop) is waiting.
-_RUN_LOOP_WORDS = ("run", "loop", "forever", "serve", "monitor")
-
-
-def run_loop(function):
-    """Is `function` named as a library's run loop?"""
-    return any(word in _RUN_LOOP_WORDS for word in function.split("_"))
 ITSELF = "this thread itself"
 UNKNOWN_HOLDER = "an unknown thread"
 _STREAMS = {0: "stdin", 1: "stdout", 2: "stderr"}

@@ -6,9 +6,9 @@ read files or raise on odd paths."""
 import os
 import re
 
+from earlylog.grammar import notes, places
+from earlylog.grammar.parked import is_file  # the one rule for a file by its path's end, both sides'
 from earlylog.read.model import Frame, as_frames
-from earlylog.grammar import places
-from earlylog.grammar import notes
 
 _WRAPPERS = ("wrapper", "inner", "marked", "decorate_context", "_fn", "__call__")
 _CELL = re.compile(r"^<cell (In\[\d+\])>$")  # a notebook cell's frame, as cells() names it
@@ -122,6 +122,3 @@ def in_event_loop(frames):
         and is_file(frames[1].file, "asyncio/base_events.py")
 
 
-def is_file(path, suffix):
-    """Is this the file `suffix` names (a file name, or the end of a path)?"""
-    return path == suffix or path.endswith(os.sep + suffix) or path.endswith("/" + suffix)

@@ -3,7 +3,7 @@ nothing of the user's pending, a server's serve_forever, a pool worker's empty q
 is idle, not stuck. It decides from the frames of the last stall dump and the kernel state of each
 thread (docs/design.md#idle-is-not-stuck). It only judges, and must never call idle a thread that
 waits inside a task of the user's: for a reply, a lock, a child or a peer."""
-from earlylog.grammar import stalls
+from earlylog.grammar import parked, stalls
 from earlylog.read import greenlets
 from earlylog.read.frames import in_event_loop, is_file, library, task_chains
 from earlylog.grammar import notes
@@ -17,8 +17,7 @@ _ENTRY = (("runpy.py", None), ("<frozen runpy>", None), ("<frozen importlib._boo
           ("threading.py", ("run", "_bootstrap_inner", "_bootstrap")),
           ("multiprocessing/process.py", ("run", "_bootstrap")))
 # Where a thread parks between pieces of work, the queues and plumbing inside it, the asyncio awaits
-# that mean work, a library's run loop: grammar/notes.py owns them (WORK, QUEUES, PLUMBING,
-# ASYNC_WORK, run_loop), for the watchdog judges idleness by them too.
+# that mean work, a library's run loop: grammar/parked.py, the one rule the watchdog judges by too.
 # Phases that span a worker's whole loop (runtime/marks.py opens them), by their names' start.
 _LOOP_PHASES = ("DataLoader worker ",)
 # Worker pools that retitle a worker with no task to run: the pool's own word that it waits for one.
@@ -47,9 +46,9 @@ def reason(threads):
     if found and all(found):
         return found[0]
     serving = _serving(threads)
-    parked = _main_parked(mains[0], threads) if serving and mains else None
-    if parked and found and all(w or t.main for t, w in zip(deciders, found)):
-        return "%s; the main thread waits %s" % (serving, parked)
+    main_waits = _main_parked(mains[0], threads) if serving and mains else None
+    if main_waits and found and all(w or t.main for t, w in zip(deciders, found)):
+        return "%s; the main thread waits %s" % (serving, main_waits)
     return None
 
 
@@ -132,13 +131,9 @@ def _thread(t):
         return None
     if greenlets.in_hub(frames):  # gevent's hub: its greenlets wait, or do not, for work
         return greenlets.idle(t)
-    users = [i for i, f in enumerate(frames) if not library(f.file)]
-    inner = frames[:users[0] + 1] if users else frames  # the calls the innermost user frame is in
-    for check in (_work, _queue):
-        for i, frame in enumerate(inner):
-            words = check(frame, frames, t)
-            if words and all(_plumbing(f.file) for f in inner[:i]):
-                return words
+    words = parked.waits_for_work([(f.file, f.function) for f in frames], t.main)
+    if words:
+        return words
     kernel = _kernel(t)
     path, _line, func = frames[0]
     if "time.sleep" in kernel and (not library(path) or _library_loop(t)) and not _sleeps_in_c(t):
@@ -184,7 +179,7 @@ def _busy(t):
 def _library_loop(t):
     """A library's own run loop (no frame of the user's), itself the innermost frame: between two
     rounds it sleeps or does its own work, such as Ray's log monitor reading log files."""
-    return bool(t.frames) and notes.run_loop(t.frames[0].function) and all(library(f.file) for f in t.frames)
+    return bool(t.frames) and parked.run_loop(t.frames[0].function) and all(library(f.file) for f in t.frames)
 
 
 def _in_task(frames):
@@ -198,27 +193,6 @@ def _in_task(frames):
 
 def _entry(frame):
     return any(is_file(frame.file, suffix) and (funcs is None or frame.function in funcs) for suffix, funcs in _ENTRY)
-
-
-def _work(frame, _frames, _t):
-    path, _line, func = frame
-    if func == "serve_forever":
-        return "waiting for work in serve_forever"
-    return next((words for suffix, name, words in notes.WORK if func == name and is_file(path, suffix)), None)
-
-
-def _queue(frame, frames, t):
-    """A thread or child process draining a queue waits for work; the program's main flow waiting
-    on a queue waits for a result, which may never come."""
-    path, _line, func = frame
-    if func == "get" and any(is_file(path, q) for q in notes.QUEUES) and (
-            not t.main or any(is_file(f.file, "multiprocessing/process.py") for f in frames)):
-        return "waiting for work in queue.get"
-    return None
-
-
-def _plumbing(path):
-    return any(is_file(path, suffix) for suffix in notes.PLUMBING)
 
 
 def _loop_tasks(t):
@@ -237,8 +211,8 @@ def _loop_tasks(t):
             continue  # a server's connection handler waiting for its client's next request
         if serves and _parked(frames, awaiting):
             continue  # `await asyncio.Future()` beside a server: serve until stopped
-        if any(not library(path) for path, _line, _func in frames) and not any(
-                func == name and is_file(path, suffix) for path, _line, func in frames for suffix, name in notes.ASYNC_WORK):
+        if any(not library(path) for path, _line, _func in frames) and \
+                not parked.awaits_work([(path, func) for path, _line, func in frames]):
             return None
     if serves:
         return "waiting for connections in an asyncio server on " + serves

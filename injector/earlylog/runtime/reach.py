@@ -19,8 +19,7 @@ import _collections
 import os
 import sys
 
-from earlylog.grammar import places
-from earlylog.grammar import notes as grammar
+from earlylog.grammar import notes as grammar, parked, places
 from earlylog.runtime import introspect, threads as our_threads
 
 _FUNCTION = type(lambda: None)
@@ -41,8 +40,8 @@ MAX_BLOCKS = 20000000  # allocated blocks past which the collector's referrers a
 _MODULE = type(os)
 _CONTAINERS = (dict, list, tuple, set, frozenset, _collections.deque)
 # Where a thread can be handed work that may refer to anything: a library's worker loop
-# (grammar.WORK), an event loop, a greenlet hub.
-_TAKES_WORK = tuple((suffix, function) for suffix, function, _words in grammar.WORK) + (
+# (grammar/parked.py's WORK), an event loop, a greenlet hub.
+_TAKES_WORK = tuple((suffix, function) for suffix, function, _words in parked.WORK) + (
     ("asyncio/base_events.py", "_run_once"), ("gevent/hub.py", "run"), ("eventlet/hubs/hub.py", "run"))
 _WAIT_FILES = tuple(os.sep + name for name in ("threading.py", "queue.py", os.path.join("futures", "_base.py")))
 MAX_FRAMES = 64  # of one thread's stack

@@ -19,8 +19,7 @@ import time
 import weakref
 from _thread import get_ident
 
-from earlylog.grammar import places, stalls
-from earlylog.grammar import records
+from earlylog.grammar import parked, places, records, stalls
 from earlylog.runtime import kstate, threads as our_threads
 
 MAX_FRAMES = 40     # frames in a stack signature, as in a dump
@@ -37,14 +36,6 @@ except (AttributeError, ValueError, OSError):
 # System calls a thread blocked on a partner sits in (runtime/kstate.py's names): not `sleep`
 # (a pause of its own), `signal` (a service waiting for SIGTERM) or `accept` (a server's idle).
 PARTNER = ("futex", "read", "write", "poll", "connect", "wait", "waitid", "flock", "fcntl", "open")
-# Where a thread parks between pieces of work, and the frames that may be inside it: the waiting
-# (grammar/notes.py's WORK and PLUMBING, which the report judges idleness by), and here also a
-# server's accept() with a timeout, which polls. notes is loaded at the first judgement, not here:
-# the watchdog's beats load this module, and the grammar waits for a dump.
-_POLLED_WORK = (("socket.py", "accept"),)
-_POLLED_PLUMBING = ("socket.py",)
-
-
 # --- the look at each beat -------------------------------------------------------------------
 
 class _Episode:
@@ -284,8 +275,7 @@ def _signature(frame):
 
 
 
-def _is(path, suffix):
-    return path.endswith("/" + suffix) or path == suffix
+_is = parked.is_file
 
 
 def _name(ident, main):
@@ -424,15 +414,8 @@ def _alone(loop, task, tasks):
 
 
 def _parked(stack, inner, main, users):
-    from earlylog.grammar import notes
-    work = [(suffix, name) for suffix, name, _words in notes.WORK] + list(_POLLED_WORK)
-    plumbing = lambda frames: all(any(_is(p, s) for s in notes.PLUMBING + _POLLED_PLUMBING)  # noqa: E731
-                                  for p, _f, _l in frames)
-    for i, (path, func, _line) in enumerate(stack):
-        if any(func == name and _is(path, suffix) for suffix, name in work) and plumbing(stack[:i]):
-            return True  # a server or a pool's worker between pieces of work
-        if not main and func == "get" and any(_is(path, q) for q in notes.QUEUES) and plumbing(stack[:i]):
-            return True  # a thread draining a queue waits for work
+    if parked.waits_for_work([(path, func) for path, func, _line in stack], main) is not None:
+        return True  # a server or a pool's worker between pieces of work, a queue's consumer
     if any(func == "_run_once" and _is(path, "asyncio/base_events.py") for path, func, _l in stack):
         return True  # an event loop: its tasks tell what it waits for
     if inner and all(_is(p, "threading.py") for p, _f, _l in inner) and \
@@ -451,11 +434,10 @@ def waiting_for_work():
     parked. Such a process's silence is its idleness: the watchdog keeps its stall line off the
     console (read/idle.py judges the dump the same way). Called in the watchdog thread under
     threads.gated; reads frames and the loop's task set, runs none of the program's code."""
-    from earlylog.grammar import notes
     from earlylog.runtime import stacks
     main_ident = our_threads.main_ident()
     tids = kstate.kernel_ids()
-    parked = serving = stopping = False
+    resting = serving = stopping = False
     for ident, frame in our_threads.current_frames().items():
         if ident == get_ident() or our_threads.name_of(ident) is not None:
             continue
@@ -464,9 +446,9 @@ def waiting_for_work():
         serving = serving or any(func in ("serve_forever", "wait_for_termination") for _p, func, _l in stack)
         if not users and not main:
             continue  # a library's own helper thread (a pool's, a gRPC poller), or a server's
-        if not users and stack and notes.run_loop(stack[0][1]) and tids.get(ident) is not None and \
+        if not users and stack and parked.run_loop(stack[0][1]) and tids.get(ident) is not None and \
                 (kstate.syscall(tids[ident]) or ("",))[0] == "sleep":
-            parked = True  # a library's run loop between rounds
+            resting = True  # a library's run loop between rounds
             continue
         inner = stack[:users[0]] if users else stack
         if inner and all(_is(p, "threading.py") for p, _f, _l in inner) and (
@@ -485,16 +467,15 @@ def waiting_for_work():
             tasks = stacks.task_chains(frame)
             if tasks is None or not all(_task_waits_for_work(chain, serving) for chain, serving in tasks):
                 return False  # a task of the program's waits there for something else: a reply, a result
-        parked = True
-    return serving or parked and not stopping
+        resting = True
+    return serving or resting and not stopping
 
 
 def _task_waits_for_work(chain, server_read):
     """A library's own task, or one that awaits a server, a queue, a sleep or its client's next
     request (read/idle.py's _loop_tasks)."""
-    from earlylog.grammar import notes
     return server_read or bool(chain) and all(places.foreign(path) for path, _func in chain) or \
-        any(func == name and _is(path, suffix) for path, func in chain for suffix, name in notes.ASYNC_WORK)
+        parked.awaits_work(chain)
 
 
 def _waiting(frame, tid):
