@@ -237,4 +237,6 @@ def test_the_exit_record_is_the_status_the_parent_saw(tmp_path, logdir, venvs, m
             continue
         assert len(records) == 1, (name, records)
         found = int(re.search(r" exit: status (\d+) ", records[0]).group(1))
-        assert found == status, (name, minor, status, records[0])
+        # A status the record does not hold (SIGABRT, 134, once in a loaded run on 3.9, with an
+        # exit record of 0 written before): what the process printed last says why.
+        assert found == status, (name, minor, status, records[0], proc.stderr[-1500:])

@@ -218,7 +218,7 @@ class Tracker:
         used = sum(b - a for a, b in zip(before, _cpu(kids)) if a is not None and b is not None)
         tids = kstate.kernel_ids()
         mine = {tids.get(ident) for ident in stuck if type(ident) is int}
-        others = sum(share for tid, share in shares.items() if tid not in mine) + used / _TICKS / took
+        others = sum(share for tid, share in shares.items() if tid not in mine) + used / took
         if stuck and beats is None and others >= stalls.BUSY_SHARE:
             return  # a thread waits while other threads or child processes compute: work going on
         main = our_threads.main_ident()
@@ -352,11 +352,18 @@ def _children():
 
 
 def _cpu(pids):
-    """Clock ticks of CPU the processes and their waited-for children used (None for one gone)."""
+    """Seconds of CPU the processes and their waited-for children used, and each one's main thread
+    queued for a core (None for one gone). Queueing counts, as for our own threads (kstate.cpu_seconds):
+    on a crowded machine a computing child waits for a core, and its CPU time alone says it idles."""
     out = []
     for pid in pids:
         fields = (our_threads.read("/proc/%d/stat" % pid, 1024) or b"").rpartition(b")")[2].split()
-        out.append(sum(int(f) for f in fields[11:15]) if len(fields) >= 15 else None)
+        queued = (our_threads.read("/proc/%d/schedstat" % pid, 256) or b"").split()
+        try:
+            out.append(sum(int(f) for f in fields[11:15]) / _TICKS + (int(queued[1]) / 1e9 if len(queued) >= 2 else 0.0)
+                       if len(fields) >= 15 else None)
+        except ValueError:
+            out.append(None)
     return out
 
 
