@@ -123,7 +123,8 @@ def test_torchrun_two_nodes_name_the_straggler_rank_and_its_node(tmp_path, logdi
     assert [a["node_rank"] for a in agents] == [0, 1] and {a["state"] for a in agents} == {"idle"}
     straggler = "rank 1 on host %s" % rank1["host"] if hosts[0] else "rank 1"
     assert "%s is the straggler: it is in read_index at job.py:5, outside any collective (waiting on a lock, " \
-           "condition or event); rank 0 waits in barrier #1 on group 0 for it" % straggler in rep["verdict"]
+           "condition or event); rank 0 waits in barrier #1 on group 0 for it" % straggler in rep["verdict"], \
+        rep["verdict"]
     assert rep["verdict"][0] == "2 of 4 processes in trouble: 2 stuck"
     assert "%d rank1 (rank 1, local 0, node %d) stalled" % (rank1["pid"], rank1["node_rank"]) in text
     if hosts[0]:
