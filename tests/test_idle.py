@@ -342,3 +342,36 @@ def test_the_dataloader_worker_stuck_in_getitem_is_the_one_named_not_the_idle_on
         wait_for(lambda: line in report_json(logdir)["verdict"])
     except AssertionError:
         raise AssertionError(report_json(logdir)["verdict"])
+
+
+def test_a_library_daemon_stuck_in_its_own_code_when_a_good_run_ends_is_not_trouble(tmp_path, logdir):
+    """A library's own daemon (Ray's log monitor blocked on its GCS as the cluster shut down, seen
+    in a loaded run) stuck in nothing but its own code, stopped by SIGTERM at the end of a run that
+    exited 0, is no story of the run; the program's own code stuck there stays stalled."""
+    site = tmp_path / "lib" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "daemonx.py").write_text("import threading\nlock = threading.Lock()\nlock.acquire()\n"
+                                     "def publish():\n    lock.acquire()\npublish()\n")
+    own = script(tmp_path, "import threading\nlock = threading.Lock()\nlock.acquire()\nlock.acquire()\n", "own.py")
+    path = script(tmp_path, """
+        import os, subprocess, sys, time
+        env = dict(os.environ, PYTHONPATH=sys.argv[1])
+        children = [subprocess.Popen([sys.executable, "-m", "daemonx"], env=env),
+                    subprocess.Popen([sys.executable, sys.argv[2]])]
+        time.sleep(3)  # both children dump their stacks (EARLYLOG_STALL=1)
+        for child in children:
+            child.terminate()
+            child.wait()
+        """, "supervisor.py")
+    proc = start([path, str(site), own], logdir)
+    try:
+        proc.wait(timeout=60)
+    finally:
+        kill_tree(proc)
+    rep = report_json(logdir)
+    by_tag = {p["tag"]: p for p in rep["processes"]}
+    assert by_tag["supervisor"]["state"] == "exited"
+    assert by_tag["daemonx"]["state"] == "terminated", by_tag["daemonx"]["summary"]
+    assert by_tag["daemonx"]["summary"].startswith("stopped at the end of the run: ")
+    assert by_tag["own"]["state"] == "stalled" and "until it was stopped at the end of the run" in by_tag["own"]["summary"]
+    assert rep["verdict"][0] == "1 of 3 processes in trouble: 1 stuck", rep["verdict"]

@@ -592,7 +592,8 @@ def _stopped_at_end(out, by_key):
     status 0 (its parent, or its parent's parent when the parent does not log: Ray's raylet stands
     between the driver and its workers and agents). multiprocessing pools stop their workers so at
     exit, Ray its daemons and workers at shutdown. One stuck when it was stopped is the story of the
-    run: it stays stalled, and says how it ended (a busy one was computing: stopped as the others).
+    run: it stays stalled, and says how it ended (a busy one was computing: stopped as the others);
+    but not one stuck in a library's own code only when the run ended well (_library_only).
     One idle or still starting (its log shows only its start-up) when it was stopped while its
     supervisor lived on, with no sign of memory pressure, was let go by that supervisor trimming its
     pool of workers (Ray ends idle workers, and prestarted ones it does not need, so)."""
@@ -611,7 +612,7 @@ def _stopped_at_end(out, by_key):
             then = "%s, then %s %d (%s) %s" % (how, whose, boss.pid, boss.title or boss.tag,
                                                "exited with status 0" if boss.state == "exited" else
                                                "was stopped so too")
-            if _stuck(d):
+            if _stuck(d) and not (boss.state == "exited" and _library_only(d)):
                 yield d, {"state": "stalled", "summary": "%s until it was stopped at the end of the run (%s)" % (
                     d.stall.summary, then)}
             else:
@@ -661,6 +662,14 @@ def _ended_by_parent(d, boss):
 
 # A program's own handler of a stop signal (Ray's monitor: `_signal_handler`), by its name.
 _SIGNAL_HANDLER = re.compile(r"sig(?:nal|term|int)?_?handler$|handle_?sig(?:nal|term|int)?$", re.I)
+
+
+def _library_only(d):
+    """Its stall's stuck thread ran no code of the program: a library's own daemon (Ray's log
+    monitor waiting on its GCS as a cluster shuts down). Stopped at the end of a run that succeeded,
+    that is no story of the run; a program's code stuck when it was stopped is one."""
+    main = d.stall.main if d.stall else None
+    return main is not None and bool(main.frames) and all(library(f.file) for f in main.frames)
 
 
 def _stuck(d):
