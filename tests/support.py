@@ -120,7 +120,8 @@ def run_both(args, logdir, env=None, **kwargs):
     stdout, stderr less earlylog's lines); returns the run with earlylog."""
     off = run_python(args, env=env, enabled=False, **kwargs)
     on = run_python(args, logdir=logdir, env=env, **kwargs)
-    assert (on.returncode, on.out, user_text(on.err)) == (off.returncode, off.out, user_text(off.err)), on.err[-3000:]
+    assert (on.returncode, on.out, user_text(on.err)) == (off.returncode, off.out, user_text(off.err)), \
+        "with earlylog:\n%s\nwithout:\n%s" % (on.err[-3000:], off.err[-1500:])
     return on
 
 
