@@ -344,19 +344,12 @@ def cache(c, path, data, mode):
         pass
 
 
-def fill_cache(finder, c):
-    """FileFinder._fill_cache for a thread of ours: the folder listed through a high descriptor.
-    False where that cannot be done (importlib's own then lists it). Linux only, where importlib
-    keeps the names as they are (no case folding)."""
-    if c.getdents64 is None:
-        return False
+def fill_cache(finder):
+    """FileFinder._fill_cache for a thread of ours: the folder listed through a high descriptor
+    (listdir). False where that cannot be done (importlib's own then lists it). Linux only, where
+    importlib keeps the names as they are (no case folding)."""
     try:
-        fd = libc.made(c, c.keep.open, (os.fsencode(finder.path or os.getcwd()),
-                                         os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), finder.path)
-        try:
-            finder._path_cache = set(_names(c, fd, finder.path))
-        finally:
-            os.close(fd)
+        finder._path_cache = set(listdir(finder.path or os.getcwd()))
     except (FileNotFoundError, PermissionError, NotADirectoryError):
         finder._path_cache = set()  # as importlib: the folder gone, unreadable, or not one
     except Exception:

@@ -135,7 +135,7 @@ def _read_high(spec):
 def _fill_cache(finder):
     """FileFinder._fill_cache: in a thread of ours the folder is listed high (fds.fill_cache); in the
     program's threads, and wherever that cannot be done, importlib's own."""
-    if not (_high and _ours() and _high[0].fill_cache(finder, _high[1])):
+    if not (_high and _ours() and _high[0].fill_cache(finder)):
         _listing[0](finder)
 
 

@@ -95,11 +95,9 @@ def _load(pack):
         spec.has_location = True
         module = type(sys)(name)
         module.__file__, module.__loader__ = filename, loader
-        # The runtime's .pyc files sit beside the pack (the one folder path() found), the grammar's
-        # in its own __pycache__ (the import system is asked only under a pycache prefix).
+        # The runtime's .pyc files sit beside the pack (the one folder path() found); the grammar's
+        # two are asked of the import system.
         module.__cached__ = folder + leaf + tail if short.startswith("runtime.") else \
-            filename[:-len(filename.rpartition(os.sep)[2])] + "__pycache__" + os.sep + \
-            filename.rpartition(os.sep)[2][:-3] + tail if sys.pycache_prefix is None else \
             _external.cache_from_source(filename)
         module.__package__, module.__spec__ = name if package else parent_name, spec
         if package:
