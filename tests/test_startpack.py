@@ -19,6 +19,7 @@ from earlylog.cli import bundle
 from earlylog.runtime import startpack
 
 RUNTIME = os.path.join(ROOT, "injector", "earlylog", "runtime")
+PACKED = sorted(startpack.MODULES + startpack.LATER)  # what a started process has from the pack
 
 # What a started process says about its earlylog modules: where each came from, and that they
 # behave as modules: source, pickling, a lazy import after start-up.
@@ -28,6 +29,7 @@ util = "importlib.util" in sys.modules  # before anything below imports it
 import inspect, json, pickle
 from earlylog.runtime import boot, config, startpack
 from earlylog.runtime import probes  # not on the start path: the normal import, after start-up
+from earlylog.runtime import libc, phases, raised  # the pack's second stage (LATER), made at first import
 loaders = {n[9:]: type(m.__loader__).__name__ for n, m in sys.modules.items()
            if n.startswith(("earlylog.runtime.", "earlylog.grammar"))}
 print(json.dumps({"outcome": startpack.outcome, "util": util, "loaders": loaders, "pack": startpack.path(),
@@ -70,7 +72,7 @@ def test_install_builds_the_pack_and_a_start_loads_the_start_path_from_it(instal
     assert os.path.isfile(pack)
     facts = _probe(python, logdir)
     assert facts["outcome"] == "used" and facts["pack"] == pack
-    assert _packed(facts) == sorted(startpack.MODULES)
+    assert _packed(facts) == PACKED
     assert facts["loaders"]["runtime.startpack"] == "SourceFileLoader"  # it loads normally, ahead of the pack
     assert not facts["util"]  # the private copy loads by location without importlib.util's 16 modules
     log = "".join(open(os.path.join(logdir, n)).read() for n in os.listdir(logdir))
@@ -85,7 +87,7 @@ def test_a_stale_pack_falls_back_for_the_edited_module_and_is_rebuilt(installed,
     assert stale["outcome"] == "stale"
     assert stale["loaders"]["runtime.sinks"] == "SourceFileLoader" and stale["loaders"]["runtime.boot"] == "PackedLoader"
     assert _probe(python, logdir)["outcome"] == "used"  # rebuilt by the stale start, edit included
-    assert _packed(_probe(python, logdir)) == sorted(startpack.MODULES)
+    assert _packed(_probe(python, logdir)) == PACKED
 
 
 def _damage(pack, how):
@@ -167,7 +169,7 @@ def test_each_python_loads_its_own_pack_from_a_shared_folder(tmp_path, logdir):
         first = _probe(python, logdir, env)
         assert first["outcome"] in ("missing", "bad") and first["pack"].endswith("startpack.%s.pack" % tag)
         second = _probe(python, logdir, env)
-        assert second["outcome"] == "used" and _packed(second) == sorted(startpack.MODULES), (minor, second)
+        assert second["outcome"] == "used" and _packed(second) == PACKED, (minor, second)
     assert len(tags) >= 2, "fewer than two CPythons on this machine"
     packs = sorted(os.path.basename(p) for p in glob.glob(os.path.join(folder, "earlylog", "runtime", "__pycache__",
                                                                           "*.pack")))

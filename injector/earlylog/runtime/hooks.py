@@ -15,7 +15,7 @@ from earlylog.runtime import state
 #     keeping the original and recording n before calling it (os.exec*, wrapped too, leaves an
 #     exec record instead: the process goes on as another program);
 #   - an uncaught exception: our sys.excepthook sees it (status 1; KeyboardInterrupt 130), unless
-#     the interactive prompt goes on after it (see _handled_by);
+#     the interactive prompt goes on after it (see raised._handled_by);
 #   - Python 3.12+: sys.monitoring watches the __main__ module's code only (local CALL and
 #     PY_RETURN events), which shows `raise SystemExit(n)` at top level and a normal end;
 #   - Python 3.9-3.11, a script file: right after its top-level code ends, the interpreter
@@ -30,7 +30,6 @@ _flushed = False        # after_main() ran: the end of a script's top-level code
 _original = {}          # name -> the function we wrapped
 _main = None            # ident of the thread whose SystemExit ends the process
 _returned = False       # 3.12+: the __main__ code returned (else a SystemExit may be in flight)
-_reported = None        # id() of the exception our sys.excepthook saw last (not the object: its frames)
 _MAIN_TOOLS = (4, 3)    # sys.monitoring ids no standard tool claims (debugger 0, coverage 1, ...)
 MAX_ARG = 200           # characters of an exit call's argument kept in the record
 
@@ -407,141 +406,30 @@ def _at_exit():
         from earlylog.runtime import stdio, threads
         for tee in stdio.tees():
             tee.drain()
-        if state.logger is not None:
-            _handled_last()
+        if state.logger is not None and (hasattr(sys, "ps1") or "IPython" in sys.modules):
+            # A console ran (else a sys.last_value is the end of a program whose own hook replaced ours).
+            from earlylog.runtime import raised
+            raised.handled_last()
         _record()
         threads.quiesce()  # no thread of ours may be inside an import when the interpreter finalizes
     except Exception:  # never let an exception reach the application
         pass
 
 
-def _log_exception(prefix, exc_type, exc, tb, console=True):
-    """One `exception` event: the full traceback in the log file; on the console, the frames
-    sys.tracebacklimit lets Python print, so the two tracebacks a person sees agree."""
-    limit = getattr(sys, "tracebacklimit", None)
-    # Python prints the innermost N frames (the traceback module's limit=-N); 0 or less: none.
-    limit = None if type(limit) is not int or not console else -max(limit, 0)
-    if isinstance(exc_type, type) and issubclass(exc_type, KeyboardInterrupt):
-        # Importing traceback or reading source lines (linecache) here clears CPython's
-        # "unhandled KeyboardInterrupt" flag, and the process would exit 1 instead of dying by
-        # SIGINT (-2): frames only, with nothing imported.
-        frames = []
-        while tb is not None:
-            code = tb.tb_frame.f_code
-            frames.append('  File "%s", line %d, in %s' % (code.co_filename, tb.tb_lineno, code.co_name))
-            tb = tb.tb_next
-        head = prefix + "KeyboardInterrupt"
-        lines = shown = ["Traceback (most recent call last):"] + frames + ["KeyboardInterrupt"]
-        if limit is not None:
-            kept = frames[len(frames) + limit:] if limit else []
-            shown = (["Traceback (most recent call last):"] + kept if kept else []) + ["KeyboardInterrupt"]
-    else:
-        import traceback
-        head = "%s%s" % (prefix, traceback.format_exception_only(exc_type, exc)[-1].strip())
-        lines = shown = _format(traceback, exc_type, exc, tb, None)
-        if limit is not None:
-            shown = _format(traceback, exc_type, exc, tb, limit)
-    logger = state.logger
-    logger.event("exception", head, lines, console=console and shown is lines)
-    if console and shown is not lines:
-        from earlylog.runtime import sinks
-        logger.console.write(logger.formatter.lines(sinks._now(), "exception", head, shown))
-
-
-def _format(traceback, exc_type, exc, tb, limit):
-    """Traceback lines; limit=None: all frames, whatever sys.tracebacklimit says."""
-    if limit is None and hasattr(sys, "tracebacklimit"):
-        limit = sys.maxsize  # told no limit, the traceback module reads sys.tracebacklimit
-    return "".join(traceback.format_exception(exc_type, exc, tb, limit=limit)).rstrip("\n").split("\n")
-
-
 def _excepthook(exc_type, exc, tb):
-    """sys.excepthook (and sys.__excepthook__, its twin): log the exception, then the original hook.
-    Only an exception that ends the process is printed on the console and becomes its exit status;
-    one the interactive prompt (or the program itself) goes on after is logged as handled."""
-    global _status, _reported
+    """sys.excepthook (and sys.__excepthook__, its twin): the record (raised.py), then the original
+    hook. Only an exception that ends the process is printed on the console and becomes its exit
+    status; one the interactive prompt (or the program itself) goes on after is logged as handled."""
+    global _status
     try:
         if state.logger is not None:
-            _reported = id(exc)
-            handled = _handled_by()
-            if handled:
-                _log_exception("handled %s: " % handled, exc_type, exc, tb, console=False)
-            else:
-                _log_exception("", exc_type, exc, tb)
-                interrupted = isinstance(exc_type, type) and issubclass(exc_type, KeyboardInterrupt)
-                # Python ends an uncaught KeyboardInterrupt by re-raising SIGINT (bpo-1054041): 130.
-                _status = (130 if interrupted else 1, "uncaught %s" % getattr(exc_type, "__name__", exc_type))
+            from earlylog.runtime import raised
+            ended = raised.excepthook(exc_type, exc, tb, _main)
+            if ended is not None:
+                _status = ended
     except Exception:
         pass
     return _original["excepthook"](exc_type, exc, tb)
-
-
-def _handled_by():
-    """None when this call of the hook reports the exception that ends the process: Python's
-    own call, in the main thread, once the program's code has unwound (no module's code is
-    running) and no interactive prompt follows. Else who goes on after it."""
-    if _prompt_follows():
-        return "at the interactive prompt"
-    if get_ident() != _main:
-        return "by the program (a thread called sys.excepthook)"
-    try:
-        frame = sys._getframe(2)  # the hook's caller: none when Python's C code called it
-    except ValueError:
-        return None
-    while frame is not None:
-        # A module's code still running (the script, runpy, a console's loop, a GUI's event
-        # loop) means the caller goes on; a chain of hooks at exit has none.
-        if frame.f_code.co_name == "<module>":
-            return "by the program (it called sys.excepthook)"
-        frame = frame.f_back
-    return None
-
-
-def _prompt_follows():
-    """Whether Python's interactive prompt runs after this exception: its loop is running (it
-    sets sys.ps1), or -i / PYTHONINSPECT ask for it after the script ends (CPython's main.c
-    pymain_repl: with -i, or with stdin a terminal)."""
-    if hasattr(sys, "ps1"):
-        return True
-    flags = sys.flags
-    if not (flags.inspect or (not flags.ignore_environment and os.environ.get("PYTHONINSPECT"))):
-        return False
-    if flags.interactive:
-        return True
-    try:
-        return os.isatty(0)
-    except OSError:
-        return False
-
-
-def _handled_last():
-    """At exit: the last exception a console handled without calling sys.excepthook (code.interact,
-    3.13's pyrepl, IPython all set sys.last_value, or sys.last_exc) is logged as handled."""
-    if not (hasattr(sys, "ps1") or "IPython" in sys.modules):
-        return  # no console ran: a sys.last_value is the end of a program whose own hook replaced ours
-    exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-    if isinstance(exc, BaseException) and id(exc) != _reported:
-        _log_exception("handled at the interactive prompt: ", type(exc), exc, exc.__traceback__, console=False)
-
-
-def _flush_failed(unraisable):
-    """After the exit record, the interpreter's last flush of stdout or stderr failed: Python then
-    exits with status 120, not the one recorded. A second `exit:` record says so (the reader keeps
-    the last); a BrokenPipeError there means the reader of the output went away (`| head`)."""
-    if _status != "written":
-        return
-    said = unraisable.err_msg or ""  # 3.13: `Exception ignored on flushing sys.stdout`, no object
-    if unraisable.object is not None and any(unraisable.object is f for f in (sys.stdout, sys.__stdout__)) or \
-            said.endswith("flushing sys.stdout"):
-        stream = "stdout"
-    elif unraisable.object is not None and any(unraisable.object is f for f in (sys.stderr, sys.__stderr__)) or \
-            said.endswith("flushing sys.stderr"):
-        stream = "stderr"
-    else:
-        return
-    error = getattr(unraisable.exc_type, "__name__", "an error")
-    state.logger.event("exit", records.exit_line(120, time.time() - state.logger.started, records.exit_flush(
-        stream, error, issubclass(unraisable.exc_type, BrokenPipeError))))
 
 
 def _hook_threads():
@@ -587,36 +475,27 @@ def _run_module_as_main(*args, **kwargs):
 def _hook_futures():
     """An executor's task that raised (runtime/tasks.py), loaded with concurrent.futures: not on the
     start path."""
-    from earlylog.runtime import tasks
-    tasks.watch(_log_exception)
+    from earlylog.runtime import raised, tasks
+    tasks.watch(raised.log_exception)
 
 
 def _thread_excepthook(args):
-    """threading.excepthook: log the thread's exception, then the original hook."""
+    """threading.excepthook: the thread's record (raised.py), then the original hook."""
     try:
         if state.logger is not None:
-            # sys.exit() in a thread ends only that thread, without a word: recorded too, since the
-            # main thread may wait for that thread's work (the report says so only then).
-            name = getattr(args.thread, "name", None) or "?"
-            _log_exception(records.in_thread(name), args.exc_type, args.exc_value, args.exc_traceback,
-                           console=args.exc_type is not SystemExit)  # threading prints nothing for it either
+            from earlylog.runtime import raised
+            raised.in_thread(args)
     except Exception:
         pass
     return _original["threading.excepthook"](args)
 
 
 def _unraisablehook(unraisable):
-    """sys.unraisablehook (__del__ errors, callbacks): log it, then the original hook."""
+    """sys.unraisablehook (__del__ errors, callbacks): the record (raised.py), then the original hook."""
     try:
         if state.logger is not None:
-            where = unraisable.err_msg or "Exception ignored in"
-            try:
-                where += " %r" % (unraisable.object,) if unraisable.object is not None else ""
-            except Exception:
-                pass
-            _log_exception("%s%s: " % (records.UNRAISABLE, where), unraisable.exc_type, unraisable.exc_value,
-                           unraisable.exc_traceback)
-            _flush_failed(unraisable)
+            from earlylog.runtime import raised
+            raised.unraisable(unraisable, _status == "written")
     except Exception:
         pass
     return _original["unraisablehook"](unraisable)

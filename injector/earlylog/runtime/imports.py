@@ -4,7 +4,7 @@ import os
 import sys
 from _thread import get_ident
 
-from earlylog.runtime import libc, phases, state
+from earlylog.runtime import state
 
 _original = None
 _threshold = 0.0
@@ -42,7 +42,9 @@ def own_threads():
     load fds with its own files read high, and hook the import system so that what our threads
     import is read, cached and listed through descriptors at libc.FLOOR and up: the import
     system's own open and listdir take the lowest free number and let the program run while they
-    hold it (docs/design.md#our-fds-sit-high). The program's imports go on exactly as before."""
+    hold it (docs/design.md#our-fds-sit-high). The program's imports go on exactly as before.
+    libc comes from the start pack's second stage: no file opened for it."""
+    from earlylog.runtime import libc
     c = libc.bound()
     if c is None or _listing[0] is not None:
         return
@@ -62,6 +64,7 @@ def _load_fds(c):
     bootstrap, external = sys.modules["_frozen_importlib"], sys.modules["_frozen_importlib_external"]
     spec = external.spec_from_file_location(_FDS, os.path.join(os.path.dirname(__file__), "fds.py"))
     written = []
+    from earlylog.runtime import libc
     spec.loader.get_data = lambda path: libc.read_module(c, path)
     spec.loader.set_data = lambda path, data, _mode=0o666: written.append((path, data, _mode))
     try:
@@ -115,7 +118,7 @@ def _load_unlocked(spec):
     return module
 
 
-_THREADS, _FDS = "earlylog.runtime.threads", "earlylog.runtime.fds"
+_THREADS, _FDS, _PHASES = "earlylog.runtime.threads", "earlylog.runtime.fds", "earlylog.runtime.phases"
 
 
 def _ours():
@@ -167,12 +170,13 @@ class _Import:
 
 def _begin(spec):
     try:
-        if not _threshold:
-            return None
+        if not _threshold or spec.name == _PHASES:
+            return None  # the timeline's own module, loaded (from the start pack) by the first import it times
         name = spec.name
         loud = "." not in name and _third_party(spec)
         if loud:
             state.logger.event("phase", "begin import " + name, console=False)
+        from earlylog.runtime import phases
         token = _Import(phases.begin("import " + name, quiet=True), loud)
         _nesting.setdefault(get_ident(), []).append(token)
         return token
@@ -184,6 +188,7 @@ def _end(token, spec, error):
     try:
         if token is not None:
             entry, loud, inner = token.phase, token.loud, token.inner
+            from earlylog.runtime import phases
             took = phases.end(entry, quiet=True)
             tid = get_ident()
             stack = _nesting.get(tid, [])

@@ -1,6 +1,7 @@
 """libc through _ctypes alone, and the one C call that makes a descriptor at FLOOR or up
-(docs/design.md#our-fds-sit-high). It is on the start path (the start pack) but does nothing
-there: before the first import of ours in a process (imports.own_threads) libc is bound and fds
+(docs/design.md#our-fds-sit-high). It is in the start pack's second stage (startpack.LATER), made
+from memory, with no file opened, at the first import of ours in a process (imports.own_threads),
+where libc is bound and fds
 loaded with its files read here, so that from a process's first instruction on our threads read
 module files, list folders and open files with no low number theirs while the program's Python
 code can run.
@@ -10,7 +11,8 @@ code can run.
 - Functions called through `keep` keep the GIL for the call (as ctypes.PyDLL's do); those through
   `free` let it go (ctypes.CDLL's).
 It never raises from bound() (None: not Linux, or no _ctypes), and it imports nothing of the
-program's. Small on purpose: every line here is unmarshalled at every start."""
+program's. Small on purpose: every line here is hashed at every start, and unmarshalled in every
+process that starts a thread of ours."""
 import os
 import sys
 from _thread import allocate_lock  # at start-up: before gevent's monkey-patching can replace it

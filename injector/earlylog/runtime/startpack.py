@@ -23,13 +23,18 @@ PACKAGE = "earlylog."
 # grammar it writes through), each after the ones it imports at its top (tests/test_startpack.py
 # checks both against the source and a real process). The watchdog's module loads in its own
 # thread, after start-up (docs/design.md#the-watchdog-loads-in-its-thread).
-MODULES = ("runtime.state", "runtime.libc", "grammar", "grammar.records", "runtime.identity", "runtime.sinks",
-           "runtime.config", "runtime.redact", "runtime.phases", "runtime.hooks", "runtime.imports",
+MODULES = ("runtime.state", "grammar", "grammar.records", "runtime.identity", "runtime.sinks",
+           "runtime.config", "runtime.redact", "runtime.hooks", "runtime.imports",
            "runtime.stdio", "runtime.threads", "runtime.fault", "runtime.boot")
 _PACKAGES = ("grammar",)  # of MODULES, the packages (an __init__.py)
-FORMAT = b"earlylog startpack 5\n"
+# The pack's second stage: runtime modules no start needs before the program's first line, made
+# from the pack only when first imported (by the program's thread or ours), through a finder on
+# earlylog.runtime's __path__ (docs/design.md#the-start-pack). libc among them: our threads'
+# first import binds it, and it must come from no file (a file would open at a low number).
+LATER = ("runtime.libc", "runtime.phases", "runtime.raised")
+FORMAT = b"earlylog startpack 6\n"
 _HASHED = len(_external.MAGIC_NUMBER) + len(FORMAT) + 8  # magic, format, hash: then the hashed body
-_MAX = 4 << 20  # a pack is about 200 KB: never allocate what a bad file's size says
+_MAX = 4 << 20  # a pack is about 250 KB: never allocate what a bad file's size says
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(HERE)  # the earlylog package's folder
 # What the last start() did (tests read it): "used", "stale", "missing", "bad" or "off"
@@ -62,7 +67,51 @@ def source(name):
 class PackedLoader(_external.SourceFileLoader):
     """The loader of a module that came from the pack: the import system's own source loader
     (so get_source, get_code, inspect, linecache and runpy read the real file, as for any module),
-    under a name of its own that says where the module came from."""
+    under a name of its own that says where the module came from. A LATER module's loader holds
+    its marshalled code until the import system asks for it, once."""
+    code = None
+
+    def get_code(self, fullname):
+        data, self.code = self.code, None
+        if data is None:
+            return super().get_code(fullname)
+        code = marshal.loads(data)
+        _imp._fix_co_filename(code, self.path)
+        return code
+
+
+# The pack's second stage (LATER): this module is its path entry finder. It sits in
+# sys.path_importer_cache under the pack's own path, first on earlylog.runtime's __path__ (an
+# absolute path and no folder: were the cache cleared, a path hook finds nothing there), and gives
+# the import system a LATER module's spec at its first import, its code from the pack's bytes, so
+# that the import's locks, spec and attributes are the import system's own and no file is opened.
+# A module, not a class: each class made at start-up costs every process 0.07 to 0.13 M instructions.
+_later = {}  # {full name: (source mtime_ns, size, marshalled code)} of LATER modules not imported yet
+
+
+def find_spec(fullname, target=None):
+    """The spec of a LATER module not imported yet whose source is unchanged, else None. Each entry
+    is given once (a module whose load failed then imports from its file as usual), and its bytes
+    go with it."""
+    entry = _later.pop(fullname, None)
+    if entry is None:
+        return None
+    filename = source(fullname[len(PACKAGE):])
+    try:
+        st = os.stat(filename)
+    except OSError:
+        return None
+    if st.st_mtime_ns != entry[0] or st.st_size != entry[1]:
+        return None
+    loader = PackedLoader(fullname, filename)
+    loader.code = entry[2]
+    spec = _bootstrap.ModuleSpec(fullname, loader, origin=filename)
+    spec.has_location = True
+    return spec
+
+
+def invalidate_caches():
+    """importlib.invalidate_caches() asks every path entry finder: nothing here goes stale."""
 
 
 def _load(pack):
@@ -72,7 +121,7 @@ def _load(pack):
     normal import (a module that imports it gets it that way). True if all were current."""
     folder, _, own = path()[:-len(".pack")].rpartition(os.sep)  # .../__pycache__, startpack.<tag>
     folder, tail = folder + os.sep, own[len("startpack"):] + ".pyc"
-    current, entries = True, pack.entries
+    current, entries = True, pack[0]
     for short in MODULES:
         name = PACKAGE + short
         entry = entries.get(name)
@@ -115,25 +164,26 @@ def _load(pack):
     return current
 
 
-class Pack:
-    """A pack whose bytes checked out: its entries {full name: (source mtime_ns, source size, code
-    object)}. Its modules' code is one marshalled tuple: names and constants the modules share are
-    made once (a marshalled object per module cost a start 0.67 M more instructions)."""
-
-    def __init__(self, data):
-        if data[:_HASHED - 8] != _external.MAGIC_NUMBER + FORMAT:
-            raise ValueError("another interpreter's pack, or not a pack")
-        body = memoryview(data)[_HASHED:]
-        if data[:_HASHED] != header(body):
-            raise ValueError("damaged")
-        tag, optimize, sources, codes = marshal.loads(body)
-        if tag != sys.implementation.cache_tag or optimize != sys.flags.optimize:
-            raise ValueError("another interpreter's pack")
-        self.entries = {PACKAGE + name: (mtime, size, code) for (name, mtime, size), code in zip(sources, codes)}
+def _unpack(data):
+    """(entries, later) of a pack's bytes that checked out: entries {full name: (source mtime_ns,
+    source size, code object)}, later {full name: (mtime_ns, size, that module's own marshalled
+    code)}, made only when imported. The start modules' code is one marshalled tuple: names and
+    constants the modules share are made once (a marshalled object per module cost a start 0.67 M
+    more instructions). Raises ValueError where they do not check out."""
+    if data[:_HASHED - 8] != _external.MAGIC_NUMBER + FORMAT:
+        raise ValueError("another interpreter's pack, or not a pack")
+    body = memoryview(data)[_HASHED:]
+    if data[:_HASHED] != header(body):
+        raise ValueError("damaged")
+    tag, optimize, sources, codes, later = marshal.loads(body)
+    if tag != sys.implementation.cache_tag or optimize != sys.flags.optimize:
+        raise ValueError("another interpreter's pack")
+    return ({PACKAGE + name: (mtime, size, code) for (name, mtime, size), code in zip(sources, codes)},
+            {PACKAGE + name: (mtime, size, data) for name, mtime, size, data in later})
 
 
 def read(filename):
-    """The Pack at filename if it is this interpreter's and intact; None if there is none; raises
+    """The pack at filename, unpacked (_unpack), if it is this interpreter's and intact; None if there is none; raises
     ValueError (or OSError, EOFError, TypeError) if it is bad."""
     try:
         fd = os.open(filename, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
@@ -143,7 +193,7 @@ def read(filename):
         data = os.read(fd, _MAX)  # a regular file: one read returns it whole
     finally:
         os.close(fd)
-    return Pack(data)
+    return _unpack(data)
 
 
 def start(origin):
@@ -175,7 +225,14 @@ def _open():
     if pack is None:
         return "missing"
     try:
-        return "used" if _load(pack) else "stale"
+        current = _load(pack)
+        runtime = sys.modules[PACKAGE + "runtime"]
+        later = pack[1]
+        if later and isinstance(runtime.__path__, list):
+            _later.update(later)
+            sys.path_importer_cache[path()] = sys.modules[__name__]
+            runtime.__path__.insert(0, path())
+        return "used" if current and len(later) == len(LATER) else "stale"
     except Exception:
         return "bad"
 
@@ -202,7 +259,7 @@ def at_start():
         entries = _current(old)
         if entries is None:
             return False
-        write(target, entries)
+        write(target, entries, _current_later(old))
         return True
     except Exception:
         return False
@@ -213,7 +270,7 @@ def _current(old):
     entries = []
     for name in MODULES:
         st = os.stat(source(name))
-        entry = old.entries.get(PACKAGE + name) if old is not None else None
+        entry = old[0].get(PACKAGE + name) if old is not None else None
         code = entry[2] if entry is not None and entry[:2] == (st.st_mtime_ns, st.st_size) else None
         if code is None:
             code = _from_pyc(name, st)
@@ -221,6 +278,27 @@ def _current(old):
             return None  # a module whose .pyc is not written yet: a later start builds it
         entries.append((name, st.st_mtime_ns, st.st_size, code))
     return entries
+
+
+def _current_later(old):
+    """Per LATER module: the old pack's entry if its source is unchanged, else its .pyc's code,
+    else its source compiled (such a module may not have been imported yet: compiled here, at a
+    start that rebuilds the pack, not at every start that would find it missing)."""
+    later = []
+    for name in LATER:
+        filename = source(name)
+        st = os.stat(filename)
+        entry = old[1].get(PACKAGE + name) if old is not None else None
+        if entry is not None and entry[:2] == (st.st_mtime_ns, st.st_size):
+            data = entry[2]
+        else:
+            code = _from_pyc(name, st)
+            if code is None:
+                with open(filename, "rb") as f:
+                    code = compile(f.read(), filename, "exec", dont_inherit=True)
+            data = marshal.dumps(code)
+        later.append((name, st.st_mtime_ns, st.st_size, data))
+    return later
 
 
 def _from_pyc(name, st):
@@ -246,24 +324,25 @@ def build():
     runs this in the interpreter it installs into); returns the pack's path. Raises OSError."""
     target = path()
     entries = []
-    for name in MODULES:
+    for name in MODULES + LATER:
         filename = source(name)
         with open(filename, "rb") as f:
             st = os.fstat(f.fileno())
             text = f.read()
         entries.append((name, st.st_mtime_ns, st.st_size, compile(text, filename, "exec", dont_inherit=True)))
     os.makedirs(os.path.dirname(target), exist_ok=True)
-    write(target, entries)
+    write(target, entries[:len(MODULES)], [entry[:3] + (marshal.dumps(entry[3]),) for entry in entries[len(MODULES):]])
     return target
 
 
-def write(target, entries):
+def write(target, entries, later):
     """The pack: magic number, format, the hash of the body, then the body: one marshalled tuple of
-    the cache tag, optimization level, per module its name, source mtime and size, and the
-    modules' code objects. entries: (name, mtime_ns, size, code object) in MODULES order."""
+    the cache tag, optimization level, per module its name, source mtime and size, the modules'
+    code objects, and LATER's entries. entries: (name, mtime_ns, size, code object) in MODULES
+    order; later: (name, mtime_ns, size, marshalled code) in LATER order."""
     body = marshal.dumps((sys.implementation.cache_tag, sys.flags.optimize,
                           tuple((name, mtime, size) for name, mtime, size, _code in entries),
-                          tuple(code for _name, _mtime, _size, code in entries)))
+                          tuple(code for _name, _mtime, _size, code in entries), tuple(later)))
     data = header(body) + body
     tmp = "%s.%d.tmp" % (target, os.getpid())
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)

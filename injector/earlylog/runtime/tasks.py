@@ -15,7 +15,7 @@ _told = [0]
 
 
 def watch(log_exception):
-    """Wrap Future.set_exception; log_exception: hooks._log_exception, which writes the record."""
+    """Wrap Future.set_exception; log_exception: raised.log_exception, which writes the record."""
     future = sys.modules["concurrent.futures._base"].Future
     original = vars(future).get("set_exception")
     if original is None or getattr(original, "_earlylog", False):

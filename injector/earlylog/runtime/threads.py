@@ -8,25 +8,20 @@ import time
 import _thread as _patchable
 
 
-class _thread:
-    """_thread's functions as they were when earlylog started, before the program's own code ran:
-    gevent's and eventlet's monkey-patching replace them with greenlet versions, under which our
-    threads would be greenlets and our locks would switch to a hub (docs/design.md#under-monkey-patching)."""
-    allocate_lock = staticmethod(_patchable.allocate_lock)
-    start_new_thread = staticmethod(_patchable.start_new_thread)
-    get_ident = staticmethod(_patchable.get_ident)
-    get_native_id = staticmethod(_patchable.get_native_id)
-
-
-get_ident = _thread.get_ident      # the OS thread's ident, as sys._current_frames() keys it
-allocate_lock = _thread.allocate_lock
+# _thread's functions as they were when earlylog started, before the program's own code ran:
+# gevent's and eventlet's monkey-patching replace them with greenlet versions, under which our
+# threads would be greenlets and our locks would switch to a hub (docs/design.md#under-monkey-patching).
+get_ident = _patchable.get_ident  # the OS thread's ident, as sys._current_frames() keys it
+allocate_lock = _patchable.allocate_lock
+start_new_thread = _patchable.start_new_thread
+get_native_id = _patchable.get_native_id
 sleep = time.sleep                 # a real sleep of this OS thread, even once time.sleep is patched
 
 _ours = {}     # ident -> name of each thread we started
 _natives = {}  # ident -> kernel tid, for ours and the main thread (threading may not be there)
 _main = [None]  # ident of the thread that ran boot: the main thread, or the forking one in a child
 _alone = [False]  # this process must never get another thread: see forked()
-_gate = [_thread.allocate_lock()]  # held by a thread of ours while it imports: see gated()
+_gate = [allocate_lock()]  # held by a thread of ours while it imports: see gated()
 _before_imports = []  # [the call gated() runs first], until it ran
 _fork_holder = [None]  # ident of the forking thread that took the gate in _hold_fork
 FORK_WAIT = 1.0   # the longest os.fork() waits for an import of ours to finish
@@ -37,7 +32,7 @@ _starting = [0]   # threads of ours started but not yet in _ours
 _pausing = [False]  # a fork waits for our threads to end: see pause_for_fork()
 _wakes = {}       # ident -> Wakeup of each thread of ours that ends for a fork (see on_pause)
 _resume = []      # (name, target, args) of the threads that ended for the fork in progress
-_park_lock = [_thread.allocate_lock()]  # parked() against resume_after_fork(); never held across a call
+_park_lock = [allocate_lock()]  # parked() against resume_after_fork(); never held across a call
 
 
 def gated(call, *args):
@@ -86,11 +81,11 @@ def _hold_fork():
     # Two threads may fork at once, and one may give up waiting while the other holds the gate: the
     # holder's ident, not a flag, says who releases it.
     if _gate[0].acquire(timeout=FORK_WAIT):
-        _fork_holder[0] = _thread.get_ident()
+        _fork_holder[0] = get_ident()
 
 
 def _release_in_parent():
-    if _fork_holder[0] == _thread.get_ident():
+    if _fork_holder[0] == get_ident():
         _fork_holder[0] = None
         _gate[0].release()
 
@@ -101,8 +96,8 @@ def _fresh_in_child():
     _starting[0] = 0
     del _resume[:]  # the parent starts them again; the child starts its own watchdog
     _wakes.clear()
-    _park_lock[0] = _thread.allocate_lock()
-    _gate[0] = _thread.allocate_lock()  # the child has none of our threads to hold it
+    _park_lock[0] = allocate_lock()
+    _gate[0] = allocate_lock()  # the child has none of our threads to hold it
     # Nor their names and kernel ids: a thread the child starts may get one of their idents.
     _ours.clear()
     _natives.clear()
@@ -117,7 +112,7 @@ def forked():
     """In a fork child, before remember_main(). A child forked by a thread other than its parent's
     main one ends when that thread returns, without exit(): a thread of ours (or faulthandler's
     timer thread) would keep it alive for ever. So would one in any child it forks in turn."""
-    if _main[0] is not None and _thread.get_ident() != _main[0]:
+    if _main[0] is not None and get_ident() != _main[0]:
         _alone[0] = True
 
 
@@ -128,8 +123,8 @@ def may_start():
 
 def remember_main():
     """Called from boot's thread: the one whose stack matters most in every dump."""
-    _main[0] = _thread.get_ident()
-    _natives[_main[0]] = _thread.get_native_id()
+    _main[0] = get_ident()
+    _natives[_main[0]] = get_native_id()
 
 
 def signals_blocked(call, *args, **kwargs):
@@ -155,8 +150,8 @@ def start(name, target, *args):
         return
 
     def run():
-        me = _thread.get_ident()
-        _ours[me], _natives[me] = name, _thread.get_native_id()
+        me = get_ident()
+        _ours[me], _natives[me] = name, get_native_id()
         _starting[0] -= 1
         try:
             target(*args)
@@ -168,7 +163,7 @@ def start(name, target, *args):
             _natives.pop(me, None)
     _starting[0] += 1
     try:
-        signals_blocked(_thread.start_new_thread, run, ())
+        signals_blocked(start_new_thread, run, ())
     except BaseException:
         _starting[0] -= 1
         raise
@@ -178,7 +173,7 @@ def on_pause(wake):
     """A long-lived thread of ours hands over the Wakeup it sleeps on: a coming fork sets it. The
     thread then checks stopping() before each sleep, and once it is True hands its continuation to
     parked() and returns (docs/design.md#no-thread-of-ours-across-a-fork)."""
-    _wakes[_thread.get_ident()] = wake
+    _wakes[get_ident()] = wake
 
 
 def wait_until(due, target, *args):
@@ -202,7 +197,7 @@ def stopping():
 def parked(target, *args):
     """From a thread of ours that ends for a fork: target(*args) runs in a new thread of ours once
     the fork is done, in the parent (the child starts its own threads)."""
-    name = _ours.get(_thread.get_ident(), "earlylog")
+    name = _ours.get(get_ident(), "earlylog")
     with _park_lock[0]:
         if _pausing[0]:
             _resume.append((name, target, args))
@@ -392,7 +387,7 @@ class Wakeup:
     """A sleep that another thread or a signal handler can cut short; lock-only, no Condition."""
 
     def __init__(self):
-        self._lock = _thread.allocate_lock()
+        self._lock = allocate_lock()
         self._lock.acquire()
 
     def wait(self, timeout):
