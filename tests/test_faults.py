@@ -9,7 +9,8 @@ import time
 import pytest
 
 from earlylog.runtime.config import KNOBS
-from support import PYTHON, TIMEOUT, clean_env, python_3, read, run_both, run_python, script, user_text, wait_for
+from support import PYTHON, TIMEOUT, clean_env, python_3, read, report_json, run_both, run_python, script, user_text, \
+    wait_for, wait_log
 
 HELLO = "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"
 
@@ -397,6 +398,32 @@ def test_killed_by_a_signal_same_status(tmp_path, logdir, sig):
         out, err = proc.communicate(timeout=TIMEOUT)
         results.append((proc.returncode, user_text(err)))
     assert results[0] == results[1]
+
+
+def test_a_crash_during_shutdown_is_told_as_one_after_the_program_ended(tmp_path, logdir):
+    """A native crash after the exit record (gloo's worker freeing a tensor while the interpreter shuts
+    down aborts so): the report says the program had ended with its status, and that the crash came
+    in no Python code, not "in an unknown place". Here the shutdown blocks for good in C code (a
+    buffered file's last flush into a full pipe nobody reads), and SIGABRT comes there."""
+    code = script(tmp_path, """
+        import os
+        r, w = os.pipe()
+        os.write(w, b"x" * 65536)  # the pipe is full
+        late = os.fdopen(w, "wb")
+        late.write(b"y")  # in the buffer: flushed when the interpreter frees the module's globals
+        """, "ends.py")
+    proc = subprocess.Popen([PYTHON, code], env=clean_env(EARLYLOG=1, EARLYLOG_DIR=logdir, EARLYLOG_CONSOLE="off"))
+    try:
+        wait_log(logdir, " exit: status 0 ")
+        time.sleep(0.2)  # into the flush
+        proc.send_signal(signal.SIGABRT)
+        assert proc.wait(TIMEOUT) == -signal.SIGABRT
+    finally:
+        proc.kill()
+    rep = report_json(logdir)
+    assert rep["processes"][0]["state"] == "crashed"
+    assert rep["verdict"][1].startswith("pid %d (ends) crashed during its shutdown, after its program ended with "
+                                        "status 0: Aborted (SIGABRT) in no Python code" % proc.pid), rep["verdict"]
 
 
 @pytest.mark.parametrize("minor", range(9, 14))

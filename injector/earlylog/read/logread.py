@@ -672,7 +672,7 @@ def _close_block(p):
         if threads and p.stall is not None and not p.stall.dumped and p.stall.over is None:
             p.stall.threads, p.stall.dumped = threads, True
     elif kind == "fatal":
-        p.crash = Crash(text, when, threads)
+        p.crash = Crash(text, when, threads, p.exit.status is not None)
     elif kind == "signal":
         p.signal = Signalled(text, when, threads, p.exit.status is not None)
 

@@ -48,12 +48,13 @@ _CRASHES = {"Segmentation fault": "SIGSEGV", "Floating point exception": "SIGFPE
 
 class Crash:
     """A fatal error faulthandler wrote (`Fatal Python error: Segmentation fault` and the stacks)."""
-    __slots__ = ("what", "time", "threads")
+    __slots__ = ("what", "time", "threads", "after_exit")
 
-    def __init__(self, what, when, threads):
+    def __init__(self, what, when, threads, after_exit=False):
         self.what = what          # its words: `Segmentation fault`, `Aborted`
         self.time = when          # epoch seconds of the last line before it (faulthandler writes no time)
         self.threads = threads    # logread.Thread list of its stacks
+        self.after_exit = after_exit  # written after the exit record: during the interpreter's shutdown
 
     @property
     def signal(self):

@@ -218,8 +218,17 @@ def _crashed(d, p):
     d.crash = p.crash
     d.where = user_frame(main.frames) if main else None
     d.state, d.end = "crashed", p.last
-    d.summary = "crashed: %s%s in %s" % (p.crash.what, " (%s)" % signal if signal else "",
-                                         where(user_frame(main.frames) if main else None))
+    what = "%s%s" % (p.crash.what, " (%s)" % signal if signal else "")
+    if p.crash.after_exit and d.where is None:
+        # After its exit record, with no Python frame left: the program's code had ended (status N
+        # recorded), and the crash came from native code while the interpreter shut down (a library's
+        # thread still at work at exit: gloo's worker freeing a tensor aborts with C++'s "terminate
+        # called without an active exception" on stderr). Its parent sees the signal, not the status.
+        d.summary = "crashed during its shutdown, after its program ended with status %d: %s in no Python " \
+                    "code (a native library's thread, or its clean-up at exit; its stderr may name it)" % (
+                        p.exit.status, what)
+        return
+    d.summary = "crashed: %s in %s" % (what, where(d.where))
 
 
 def _exited(d, p):
