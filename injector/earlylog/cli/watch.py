@@ -15,8 +15,7 @@ from earlylog.cli.errors import CliError
 from earlylog.read import logread, verdict
 from earlylog.read.causes import label, secs
 from earlylog.read.frames import where
-
-COMMAND_LIMIT = 30.0
+from earlylog.runtime.act import COMMAND_LIMIT  # --on-stall's command gets what EARLYLOG_ON_STALL's gets
 
 
 def add_parser(sub):
