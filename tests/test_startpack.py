@@ -30,6 +30,7 @@ import inspect, json, pickle
 from earlylog.runtime import boot, config, startpack
 from earlylog.runtime import probes  # not on the start path: the normal import, after start-up
 from earlylog.runtime import libc, phases, raised  # the pack's second stage (LATER), made at first import
+from earlylog.grammar import places
 loaders = {n[9:]: type(m.__loader__).__name__ for n, m in sys.modules.items()
            if n.startswith(("earlylog.runtime.", "earlylog.grammar"))}
 print(json.dumps({"outcome": startpack.outcome, "util": util, "loaders": loaders, "pack": startpack.path(),

@@ -1,15 +1,16 @@
 """The start pack: the start path's modules as one file of their code objects, opened and
 checked once instead of each found, stat-ed, read and checked on its own (how CPython freezes its
 own start-up modules; docs/design.md#the-start-pack). It owns the pack's format, where it lives,
-starting earlylog through it, and writing it: at `earlylog install` by compiling the sources in
-the target interpreter (build), and at a start that found it missing, stale or bad from the .pyc
-files the import system has just written (at_start), to a temporary name renamed into place.
-Every entry point (.pth line, start file, sitecustomize) calls start(). A pack is trusted only
-past its checks: this interpreter's magic number and cache tag, a keyed hash of all it holds, and
-per module the source's mtime and size; any mismatch, corruption or error means the normal
-import for that module (or all), and a rebuild. At start-up it never raises, never compiles,
-and prints nothing of its own; it imports nothing of ours: it loads by normal import, ahead of
-the pack."""
+starting earlylog through it, its second stage (LATER: modules made from the pack at their first
+import, this module being their path entry finder), and writing it: at `earlylog install` by
+compiling the sources in the target interpreter (build), and at a start that found it missing,
+stale or bad from the .pyc files the import system has just written (at_start), to a temporary
+name renamed into place. Every entry point (.pth line, start file, sitecustomize) calls start().
+A pack is trusted only past its checks: this interpreter's magic number and cache tag, a keyed
+hash of all it holds, and per module the source's mtime and size; any mismatch, corruption or
+error means the normal import for that module (or all), and a rebuild. At start-up it never
+raises and prints nothing of its own; it compiles only in a rebuild, a LATER module that has no
+.pyc yet; it imports nothing of ours: it loads by normal import, ahead of the pack."""
 import _imp
 import marshal
 import os
@@ -27,11 +28,12 @@ MODULES = ("runtime.state", "grammar", "grammar.records", "runtime.identity", "r
            "runtime.config", "runtime.redact", "runtime.hooks", "runtime.imports",
            "runtime.stdio", "runtime.threads", "runtime.fault", "runtime.boot")
 _PACKAGES = ("grammar",)  # of MODULES, the packages (an __init__.py)
-# The pack's second stage: runtime modules no start needs before the program's first line, made
-# from the pack only when first imported (by the program's thread or ours), through a finder on
-# earlylog.runtime's __path__ (docs/design.md#the-start-pack). libc among them: our threads'
-# first import binds it, and it must come from no file (a file would open at a low number).
-LATER = ("runtime.libc", "runtime.phases", "runtime.raised")
+# The pack's second stage: modules no start needs before the program's first line, made from the
+# pack only when first imported (by the program's thread or ours), through a finder on the runtime's
+# and the grammar's __path__ (docs/design.md#the-start-pack). libc among them: our threads' first
+# import binds it, and it must come from no file (a file would open at a low number); places: an
+# exit call's record reads it in the program's thread as it ends.
+LATER = ("runtime.libc", "runtime.phases", "runtime.raised", "grammar.places")
 FORMAT = b"earlylog startpack 6\n"
 _HASHED = len(_external.MAGIC_NUMBER) + len(FORMAT) + 8  # magic, format, hash: then the hashed body
 _MAX = 4 << 20  # a pack is about 250 KB: never allocate what a bad file's size says
@@ -179,7 +181,7 @@ def _unpack(data):
     if tag != sys.implementation.cache_tag or optimize != sys.flags.optimize:
         raise ValueError("another interpreter's pack")
     return ({PACKAGE + name: (mtime, size, code) for (name, mtime, size), code in zip(sources, codes)},
-            {PACKAGE + name: (mtime, size, data) for name, mtime, size, data in later})
+            {PACKAGE + name: (mtime, size, marshalled) for name, mtime, size, marshalled in later})
 
 
 def read(filename):
@@ -226,12 +228,14 @@ def _open():
         return "missing"
     try:
         current = _load(pack)
-        runtime = sys.modules[PACKAGE + "runtime"]
         later = pack[1]
-        if later and isinstance(runtime.__path__, list):
+        if later:
             _later.update(later)
             sys.path_importer_cache[path()] = sys.modules[__name__]
-            runtime.__path__.insert(0, path())
+            for package in (PACKAGE + "runtime", PACKAGE + "grammar"):  # where LATER's modules live
+                searched = getattr(sys.modules.get(package), "__path__", None)
+                if isinstance(searched, list):
+                    searched.insert(0, path())
         return "used" if current and len(later) == len(LATER) else "stale"
     except Exception:
         return "bad"
