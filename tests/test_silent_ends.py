@@ -571,3 +571,21 @@ def test_a_stop_request_raised_inside_a_stuck_call_is_a_hang_cut_short_and_a_cal
     assert "until a stop request raised inside that call ended the process (raise SystemExit(0) in wait at " \
            "threading.py:" in summary and summary.endswith("a hang cut short, the call never returned"), summary
     assert procs["returned"]["state"] == "exited", procs["returned"]
+
+
+def test_a_launcher_script_that_exits_once_its_call_returned_is_no_hang_cut_short(tmp_path, logdir):
+    """A console script's `sys.exit(main())` (torchrun's, accelerate's), silent past the stall while
+    main() ran inside a library: main() returned and the exit was called on the same line. The
+    stall saw that line waiting in a call below it, so its call had returned: a launcher that ended
+    its job, not a hang cut short (it read so on a loaded machine, when its children ended just
+    after the last stall line)."""
+    launcher = script(tmp_path, """
+        import subprocess, sys
+        sys.exit(subprocess.call(["sleep", "2.5"]))
+        """, "launch.py")
+    res = run_python([launcher], logdir=logdir, env={"EARLYLOG_STALL": "1", "EARLYLOG_CONSOLE": "off"})
+    assert res.returncode == 0, res.err
+    assert "waiting for child" in "".join(read(f) for f in log_files(logdir))
+    rep = report_json(str(logdir))
+    assert [d["state"] for d in rep["processes"]] == ["exited"], rep["verdict"]
+    assert rep["verdict"][0] == "1 process, none in trouble: 1 exited", rep["verdict"]

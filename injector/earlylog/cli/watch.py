@@ -15,7 +15,6 @@ from earlylog.cli.errors import CliError
 from earlylog.read import logread, verdict
 from earlylog.read.causes import label, secs
 from earlylog.read.frames import where
-from earlylog.runtime.act import COMMAND_LIMIT  # --on-stall's command gets what EARLYLOG_ON_STALL's gets
 
 
 def add_parser(sub):
@@ -84,6 +83,9 @@ class Watcher:
             child.stdin.close()
         except OSError:
             pass
+        # The time EARLYLOG_ON_STALL's command gets. Imported here: `earlylog report` and a watch
+        # without --on-stall load no runtime module.
+        from earlylog.runtime.act import COMMAND_LIMIT
         self.children.append((child, time.monotonic() + COMMAND_LIMIT))
 
     def _late(self, entry):

@@ -273,9 +273,14 @@ def _cut_short(p):
     user = next((i for i, f in enumerate(frames) if not library(f.file)), None)
     if user is None:
         return False
-    if any(func == at.function and os.path.basename(path) == at.file and line == at.line
-           for path, line, func in frames[:user + 1]):
-        return _INSIDE
+    for i, (path, line, func) in enumerate(frames[:user + 1]):
+        if func == at.function and os.path.basename(path) == at.file and line == at.line:
+            # A frame that called an exit itself (not a SystemExit raised into it) after the stall,
+            # while the stall saw it waiting in a call below it: that call had returned. A console
+            # script's `sys.exit(main())` ends so once main() returns (a launcher ending its job).
+            if i > 0 and not (p.exit.call or "").startswith("raise "):
+                return False
+            return _INSIDE
     return any(func == at.function and os.path.basename(path) == at.file and library(path)
                for path, _line, func in frames[user + 1:])
 

@@ -240,7 +240,12 @@ class Watchdog:
 
     def stall_dump(self, silence, moved=False):
         # The CPU sample sleeps SAMPLE seconds: outside the gate, so no fork waits for it.
+        before = _timeslices(self.checks[2]) if self.checks else None
         shares, whole = threads.gated(_stacks).cpu_shares()
+        # A thread of the program that ran while the sample slept has moved, however briefly: its
+        # wait just ended (a launcher whose children ended that moment, now ending itself), which
+        # the look before the sample could not see. Told as blocked, it reached the console.
+        moved = moved or before is not None and _timeslices(self.checks[2]) != before
         busy = whole >= stalls.BUSY_SHARE
         threads.gated(self._stall_lines, silence, shares, whole, busy, moved)
         # Reading native stacks stops every thread of the process: never a busy one (busy is not
