@@ -224,8 +224,11 @@ def test_dataloader_worker_that_dies(tmp_path, logdir):
 
 def test_dataloader_whose_dataset_raises_behaves_the_same_and_blames_the_dataset(tmp_path, logdir):
     # The most common DataLoader failure: the error comes back to the main process, which ends
-    # its workers as it exits (torch's workers leave silently on their parent's SIGTERM).
-    path = _loader_script(tmp_path, "if i == 37: float('n/a')")
+    # its workers as it exits (torch's workers leave silently on their parent's SIGTERM). In the
+    # first batch: a later one may reach the main process before or after it asks for it, and
+    # torch's traceback then names another line of its own (_next_data's stored-batch path), with
+    # or without earlylog, on a loaded machine.
+    path = _loader_script(tmp_path, "if i == 0: float('n/a')")
     on = run_both([path], logdir, env={"EARLYLOG_CONSOLE": "off"})  # no frame of earlylog's in the traceback
     assert on.returncode == 1 and "ValueError: could not convert string to float" in on.err
     rep = report_json(logdir)
