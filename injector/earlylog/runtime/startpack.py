@@ -83,8 +83,8 @@ class PackedLoader(_external.SourceFileLoader):
 
 
 # The pack's second stage (LATER): this module is its path entry finder. It sits in
-# sys.path_importer_cache under the pack's own path, first on earlylog.runtime's __path__ (an
-# absolute path and no folder: were the cache cleared, a path hook finds nothing there), and gives
+# sys.path_importer_cache under the pack's own path, first on the runtime's and the grammar's
+# __path__ (an absolute path and no folder: were the cache cleared, a path hook finds nothing there), and gives
 # the import system a LATER module's spec at its first import, its code from the pack's bytes, so
 # that the import's locks, spec and attributes are the import system's own and no file is opened.
 # A module, not a class: each class made at start-up costs every process 0.07 to 0.13 M instructions.
