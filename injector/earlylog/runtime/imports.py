@@ -9,6 +9,7 @@ from earlylog.runtime import state
 _original = None
 _threshold = 0.0
 _marks = None
+_phases = None  # runtime/phases.py, made from the start pack at the first import timed (_timeline)
 _STDLIB = os.path.dirname(os.__file__) + os.sep
 _nesting = {}  # thread ident -> the imports running on it, innermost last (tokens of _begin)
 _callbacks = {}  # module name -> functions to call once that module has been imported
@@ -142,6 +143,15 @@ def _fill_cache(finder):
         _listing[0](finder)
 
 
+def _timeline():
+    """phases, once: an import statement in _begin and _end would cost every import of the program
+    two more trips through the import system."""
+    global _phases
+    from earlylog.runtime import phases
+    _phases = phases
+    return phases
+
+
 def _load_marks():
     global _marks
     from earlylog.runtime import marks
@@ -176,8 +186,7 @@ def _begin(spec):
         loud = "." not in name and _third_party(spec)
         if loud:
             state.logger.event("phase", "begin import " + name, console=False)
-        from earlylog.runtime import phases
-        token = _Import(phases.begin("import " + name, quiet=True), loud)
+        token = _Import((_phases or _timeline()).begin("import " + name, quiet=True), loud)
         _nesting.setdefault(get_ident(), []).append(token)
         return token
     except Exception:  # nothing of ours may fail an import
@@ -188,8 +197,7 @@ def _end(token, spec, error):
     try:
         if token is not None:
             entry, loud, inner = token.phase, token.loud, token.inner
-            from earlylog.runtime import phases
-            took = phases.end(entry, quiet=True)
+            took = _phases.end(entry, quiet=True)
             tid = get_ident()
             stack = _nesting.get(tid, [])
             if stack and stack[-1] is token:
