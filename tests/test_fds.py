@@ -219,7 +219,7 @@ START_UP = {
     ("identity.py", "parent_of"): "the grandparent's pid, at start-up",
     ("startpack.py", "read"): "the start pack, read and closed before the program's first line",
     ("startpack.py", "_from_pyc"): "a start path module's .pyc, when the pack is rebuilt at start-up",
-    ("startpack.py", "_current_later"): "a second-stage module's source with no .pyc yet, when the pack is rebuilt at start-up",
+    ("startpack.py", "_current"): "a second-stage module's source with no .pyc yet, when the pack is rebuilt at start-up",
     ("startpack.py", "write"): "the rebuilt start pack, written and closed at start-up",
     ("startpack.py", "build"): "`earlylog install`'s build of the pack, in the installer's own process",
 }

@@ -260,49 +260,40 @@ def at_start():
             old = read(target)
         except Exception:
             old = None
-        entries = _current(old)
-        if entries is None:
+        current = _current(old)
+        if current is None:
             return False
-        write(target, entries, _current_later(old))
+        write(target, *current)
         return True
     except Exception:
         return False
 
 
 def _current(old):
-    """Per module: the old pack's entry if its source is unchanged, else the .pyc's code."""
-    entries = []
-    for name in MODULES:
-        st = os.stat(source(name))
-        entry = old[0].get(PACKAGE + name) if old is not None else None
-        code = entry[2] if entry is not None and entry[:2] == (st.st_mtime_ns, st.st_size) else None
-        if code is None:
-            code = _from_pyc(name, st)
-        if code is None:
-            return None  # a module whose .pyc is not written yet: a later start builds it
-        entries.append((name, st.st_mtime_ns, st.st_size, code))
-    return entries
-
-
-def _current_later(old):
-    """Per LATER module: the old pack's entry if its source is unchanged, else its .pyc's code,
-    else its source compiled (such a module may not have been imported yet: compiled here, at a
-    start that rebuilds the pack, not at every start that would find it missing)."""
-    later = []
-    for name in LATER:
+    """(entries, later) for write(), from what is on disk now: per module the old pack's entry if
+    its source is unchanged, else its .pyc's code; a LATER module with no .pyc yet is compiled (it
+    may never have been imported: compiled here, at a start that rebuilds the pack, not at every
+    start that would find it missing). None where a start module's .pyc is not written yet: a
+    later start builds it."""
+    entries, later = [], []
+    for name in MODULES + LATER:
         filename = source(name)
         st = os.stat(filename)
-        entry = old[1].get(PACKAGE + name) if old is not None else None
+        stage = name in LATER  # old[1], LATER's entries, hold their code marshalled
+        entry = old[stage].get(PACKAGE + name) if old is not None else None
         if entry is not None and entry[:2] == (st.st_mtime_ns, st.st_size):
-            data = entry[2]
+            code = entry[2]
         else:
             code = _from_pyc(name, st)
+            if code is None and not stage:
+                return None
             if code is None:
                 with open(filename, "rb") as f:
                     code = compile(f.read(), filename, "exec", dont_inherit=True)
-            data = marshal.dumps(code)
-        later.append((name, st.st_mtime_ns, st.st_size, data))
-    return later
+            if stage:
+                code = marshal.dumps(code)
+        (later if stage else entries).append((name, st.st_mtime_ns, st.st_size, code))
+    return entries, later
 
 
 def _from_pyc(name, st):
