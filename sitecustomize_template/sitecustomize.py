@@ -26,11 +26,11 @@ def _start_earlylog():
         import earlylog
         if not earlylog.enabled():
             return
-        from earlylog.runtime import startpack
+        from earlylog import runtime
     except ImportError as exc:
         _say("EARLYLOG is set but no earlylog runtime sits beside %s (%s)" % (__file__, exc))
         return
-    startpack.start("sitecustomize")
+    runtime.start("sitecustomize")
 
 
 def _chain_hidden_sitecustomize():

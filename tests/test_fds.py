@@ -217,7 +217,7 @@ START_UP = {
     ("sinks.py", "__init__"): "the console's own descriptor, moved high at once (_high_fd)",
     ("identity.py", "argv"): "/proc/self/cmdline before Python 3.10, at start-up",
     ("identity.py", "parent_of"): "the grandparent's pid, at start-up",
-    ("startpack.py", "read"): "the start pack, read and closed before the program's first line",
+    ("__init__.py", "read"): "the start pack, read and closed before the program's first line",
     ("startpack.py", "_from_pyc"): "a start path module's .pyc, when the pack is rebuilt at start-up",
     ("startpack.py", "_current"): "a second-stage module's source with no .pyc yet, when the pack is rebuilt at start-up",
     ("startpack.py", "write"): "the rebuilt start pack, written and closed at start-up",

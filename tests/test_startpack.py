@@ -16,10 +16,10 @@ from conftest import make_venv
 from support import ROOT, earlylog, python_3, run_both, run_python
 
 from earlylog.cli import bundle
-from earlylog.runtime import startpack
+from earlylog import runtime as reader  # the pack's reader: the runtime package's own module
 
 RUNTIME = os.path.join(ROOT, "injector", "earlylog", "runtime")
-PACKED = sorted(startpack.MODULES + startpack.LATER)  # what a started process has from the pack
+PACKED = sorted(reader.MODULES + reader.LATER)  # what a started process has from the pack
 
 # What a started process says about its earlylog modules: where each came from, and that they
 # behave as modules: source, pickling, a lazy import after start-up.
@@ -27,13 +27,16 @@ PROBE = r"""
 import sys
 util = "importlib.util" in sys.modules  # before anything below imports it
 import inspect, json, pickle
-from earlylog.runtime import boot, config, startpack
+import earlylog.runtime as reader
+from earlylog.runtime import boot, config, startpack  # the writer: not on the start path
 from earlylog.runtime import probes  # not on the start path: the normal import, after start-up
 from earlylog.runtime import libc, phases, raised  # the pack's second stage (LATER), made at first import
 from earlylog.grammar import places
-loaders = {n[9:]: type(m.__loader__).__name__ for n, m in sys.modules.items()
-           if n.startswith(("earlylog.runtime.", "earlylog.grammar"))}
-print(json.dumps({"outcome": startpack.outcome, "util": util, "loaders": loaders, "pack": startpack.path(),
+# Where each came from: "pack" (its spec says so), else its loader's class.
+loaders = {n[9:]: "pack" if m.__spec__.loader_state == reader.PACKED else type(m.__loader__).__name__
+           for n, m in sys.modules.items() if n.startswith(("earlylog.runtime.", "earlylog.grammar"))}
+print(json.dumps({"outcome": reader.outcome, "util": util, "loaders": loaders, "pack": reader.path(),
+                  "reader": type(reader.__loader__).__name__,
                   "source": "def start(origin" in inspect.getsource(boot),
                   "file": boot.start.__code__.co_filename == boot.__file__ == boot.__spec__.origin and
                           boot.__cached__ == boot.__spec__.cached and boot.__package__ == "earlylog.runtime",
@@ -52,7 +55,7 @@ def _probe(python, logdir, env=None):
 
 
 def _packed(facts):
-    return sorted(n for n, loader in facts["loaders"].items() if loader == "PackedLoader")
+    return sorted(n for n, loader in facts["loaders"].items() if loader == "pack")
 
 
 @pytest.fixture
@@ -71,10 +74,12 @@ def test_install_builds_the_pack_and_a_start_loads_the_start_path_from_it(instal
     python, runtime = installed
     pack = os.path.join(runtime, "__pycache__", "startpack.%s.pack" % sys.implementation.cache_tag)
     assert os.path.isfile(pack)
+    assert os.stat(pack).st_mtime_ns == reader.WRITTEN_NS  # its writer's mark: read without hashing
     facts = _probe(python, logdir)
     assert facts["outcome"] == "used" and facts["pack"] == pack
     assert _packed(facts) == PACKED
-    assert facts["loaders"]["runtime.startpack"] == "SourceFileLoader"  # it loads normally, ahead of the pack
+    assert facts["reader"] == "SourceFileLoader"  # it loads normally, ahead of the pack
+    assert facts["loaders"]["runtime.startpack"] == "SourceFileLoader"  # the writer too, when imported
     assert not facts["util"]  # the private copy loads by location without importlib.util's 16 modules
     log = "".join(open(os.path.join(logdir, n)).read() for n in os.listdir(logdir))
     assert " start: " in log and "failed" not in log
@@ -86,8 +91,14 @@ def test_a_stale_pack_falls_back_for_the_edited_module_and_is_rebuilt(installed,
         f.write("\n# edited after the pack was built\n")
     stale = _probe(python, logdir)
     assert stale["outcome"] == "stale"
-    assert stale["loaders"]["runtime.sinks"] == "SourceFileLoader" and stale["loaders"]["runtime.boot"] == "PackedLoader"
+    assert stale["loaders"]["runtime.sinks"] == "SourceFileLoader" and stale["loaders"]["runtime.boot"] == "pack"
     assert _probe(python, logdir)["outcome"] == "used"  # rebuilt by the stale start, edit included
+    assert _packed(_probe(python, logdir)) == PACKED
+    # A second-stage module edited: it imports from its file, and the pack is built again.
+    with open(os.path.join(runtime, "phases.py"), "a") as f:
+        f.write("\n# edited after the pack was built\n")
+    assert _probe(python, logdir)["loaders"]["runtime.phases"] == "SourceFileLoader"
+    assert _probe(python, logdir)["outcome"] == "missing"
     assert _packed(_probe(python, logdir)) == PACKED
 
 
@@ -184,7 +195,7 @@ def test_each_python_loads_its_own_pack_from_a_shared_folder(tmp_path, logdir):
 
 def _top_imports(name):
     """The MODULES names a start module imports at its top ("runtime.state", "grammar.records")."""
-    with open(startpack.source(name), encoding="utf-8") as f:
+    with open(reader.source(name), encoding="utf-8") as f:
         tree = ast.parse(f.read())
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.module in ("earlylog.runtime", "earlylog.grammar"):
@@ -194,13 +205,13 @@ def _top_imports(name):
 
 
 def test_the_pack_holds_what_a_start_loads_each_after_what_it_imports(logdir):
-    for i, name in enumerate(startpack.MODULES):
+    for i, name in enumerate(reader.MODULES):
         for imported in _top_imports(name):
-            assert imported in startpack.MODULES[:i], (name, imported)
+            assert imported in reader.MODULES[:i], (name, imported)
     # What loaded before the program's first line, in a process whose watchdog has not loaded yet.
     res = run_python("import sys; print(' '.join(sorted(m[9:] for m in sys.modules "
                      "if m.startswith(('earlylog.runtime.', 'earlylog.grammar')))))", logdir=logdir,
                      env={"EARLYLOG_CONSOLE": "off", "PYTHONDONTWRITEBYTECODE": "1"})
     assert res.returncode == 0, res.err
     loaded = set(res.out.split()) - {"runtime.watchdog", "runtime.startpack"}
-    assert loaded == set(startpack.MODULES)
+    assert loaded == set(reader.MODULES)

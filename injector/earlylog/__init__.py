@@ -32,5 +32,5 @@ def log(message):
 def site_hook():
     """Entry point of earlylog.start (Python 3.15+); the twin of the .pth line."""
     if enabled():
-        from earlylog.runtime import startpack
-        startpack.start("start")
+        from earlylog import runtime
+        runtime.start("start")

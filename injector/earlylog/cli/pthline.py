@@ -11,28 +11,36 @@ START_ENTRY = "earlylog:site_hook"
 
 
 COPY_BEGIN, COPY_END = "# runtime copy: begin", "# runtime copy: end"
+FAILED = "# failed: begin"
 
 
 def hook_source(copy=False):
-    """The hook's code without comments or blank lines, as exec() will run it; without the lines
-    that load a private runtime copy unless `copy`."""
+    """(the hook's code, its FAILED code), without comments or blank lines, as exec() will run
+    them; the hook without the lines that load a private runtime copy unless `copy`."""
     with open(os.path.join(HERE, "pth_hook.py"), encoding="utf-8") as f:
         lines = [line.rstrip() for line in f]
-    kept, skipping = [], False
+    hook, failed = [], []
+    kept, skipping = hook, False
     for line in lines:
         marker = line.strip()
         if marker in (COPY_BEGIN, COPY_END):
             skipping = marker == COPY_BEGIN and not copy
-        elif line.strip() and not marker.startswith("#") and not skipping:
+        elif marker == FAILED:
+            kept = failed
+        elif marker and not marker.startswith("#") and not skipping:
             kept.append(line)
-    return "\n".join(kept) + "\n"
+    return "\n".join(hook) + "\n", "\n".join(failed) + "\n"
 
 
 def render(runtime=None, origin="pth"):
     """One `import` line: it checks EARLYLOG before compiling or importing anything of ours."""
+    hook, failed = hook_source(copy=runtime is not None)
+    # FAILED's text goes in as a string literal: compiled only when it runs, and a literal in the
+    # hook costs a line that EARLYLOG leaves off less to compile than another global would.
+    hook = hook.replace("exec(FAILED)", "exec(%r)" % failed)
     scope = {"ORIGIN": origin} if runtime is None else {"RUNTIME": runtime, "ORIGIN": origin}
     return ("import os;os.environ.get('EARLYLOG', '').strip().lower() in %r or exec(%r, %r)\n"
-            % (OFF_WORDS, hook_source(copy=runtime is not None), scope))
+            % (OFF_WORDS, hook, scope))
 
 
 def render_start():

@@ -1,5 +1,5 @@
 """libc through _ctypes alone, and the one C call that makes a descriptor at FLOOR or up
-(docs/design.md#our-fds-sit-high). It is in the start pack's second stage (startpack.LATER), made
+(docs/design.md#our-fds-sit-high). It is in the start pack's second stage (earlylog.runtime.LATER), made
 from memory, with no file opened, at the first import of ours in a process (imports.own_threads),
 where libc is bound and fds
 loaded with its files read here, so that from a process's first instruction on our threads read
