@@ -156,6 +156,39 @@ def listing(folder):
                   if "__pycache__" not in d)
 
 
+# The hook of the .pth line earlylog 0.3.2 and older wrote: a venv may keep it while a newer
+# earlylog is found first (a runtime copy on PYTHONPATH).
+OLD_HOOK = """import sys
+try:
+    from earlylog.runtime import startpack
+except ImportError:
+    sys.stderr.write("earlylog: EARLYLOG is set but the earlylog package cannot be imported;"
+                     " a stale earlylog .pth file is left in site-packages\\n")
+else:
+    startpack.start(ORIGIN)
+"""
+
+
+def test_a_stale_pth_line_says_one_sentence_and_an_older_one_still_starts_it(tmp_path, logdir):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, env=clean_env())
+    python = str(venv / "bin" / "python")
+    with open(os.path.join(site_packages(python), "earlylog.pth"), "w") as f:
+        f.write(pthline.render())  # the package itself is not there: an uninstall left the line
+    stale = run_python("print('ran')", python=python, logdir=logdir)
+    assert (stale.returncode, stale.out) == (0, "ran\n") and log_files(logdir) == []
+    # One sentence (a venv's site runs its .pth lines twice: it may come twice).
+    assert set(stale.err.splitlines()) == {"earlylog: EARLYLOG is set but the earlylog package cannot be "
+                                           "imported; a stale earlylog .pth file is left in site-packages"}
+    with open(os.path.join(site_packages(python), "earlylog.pth"), "w") as f:
+        f.write("import os;os.environ.get('EARLYLOG', '').strip().lower() in ('', '0', 'false', 'off', 'no') "
+                "or exec(%r, {'ORIGIN': 'pth'})\n" % OLD_HOOK)
+    older = run_python("print('ran')", python=python, logdir=logdir,
+                       env={"PYTHONPATH": os.path.join(ROOT, "injector"), "EARLYLOG_CONSOLE": "off"})
+    assert (older.returncode, older.out, older.err) == (0, "ran\n", "")
+    assert len(starts(older)) == 1 and "via pth" in starts(older)[0]["msg"]
+
+
 def test_install_into_a_venv_without_earlylog_and_uninstall_cleanly(bare_venv, logdir):
     site = site_packages(bare_venv)
     before = listing(site)

@@ -4,7 +4,7 @@ files import it in every process, so it must stay cheap to import and import not
 import os
 import sys
 
-__version__ = "0.3.2"
+__version__ = "0.3.3"
 __all__ = ["log", "enabled", "__version__"]
 
 # The one definition of the words that keep earlylog off; the .pth line is generated from it.

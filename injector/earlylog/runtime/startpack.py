@@ -13,6 +13,14 @@ import _frozen_importlib_external as _external
 from earlylog.runtime import LATER, MODULES, PACKAGE, WRITTEN_NS, header, path, read, source
 
 
+def start(origin):
+    """The entry point of the .pth lines earlylog 0.3.2 and older wrote (`startpack.start(ORIGIN)`):
+    such a line, left where a newer earlylog is found first (PYTHONPATH's runtime copy ahead of a
+    venv's older install), starts it as the new line does, through earlylog.runtime."""
+    from earlylog import runtime
+    runtime.start(origin)
+
+
 def at_start():
     """Rebuild the pack from what is on disk now; True if it was written."""
     try:
