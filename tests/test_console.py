@@ -87,7 +87,9 @@ def test_a_healthy_torchrun_job_leaves_one_console_line(tmp_path, logdir):
     assert len(shown) == 1 and " torchrun start: pid " in shown[0], "\n".join(shown)
     assert sorted(re.findall(rb"rank \d sum 2", res.stdout)) == [b"rank 0 sum 2", b"rank 1 sum 2"]
     launcher = read(next(f for f in log_files(logdir) if "-torchrun" in f))
-    assert " stall: silent for 1 s; waiting for children " in launcher  # told in its log, not on the console
+    # Told in its log, not on the console: at a stall after its ranks started (its first 1 s stall
+    # may still see torchrun starting them, busy, on a loaded machine).
+    assert re.search(r" stall: silent for \d+ s; waiting for children ", launcher), launcher[-3000:]
 
 
 def test_a_silent_sleep_loop_is_waiting_at_every_stall_never_blocked(tmp_path, logdir):
