@@ -45,7 +45,7 @@ _MAX = 4 << 20  # a pack is about 250 KB: never allocate what a bad file's size 
 # trusts a .pyc, without hashing its bytes (0.7 M instructions, 1.8% of a start). Any write to it,
 # a damaged or truncated copy included, gives it a new mtime, and then the hash decides.
 WRITTEN_NS = 315532800 * 10 ** 9
-HERE = os.path.dirname(__file__ if os.path.isabs(__file__) else os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(HERE)  # the earlylog package's folder
 # What the last start() did (tests read it): "used", "stale", "missing", "bad" or "off"
 outcome = None
@@ -115,19 +115,27 @@ def find_spec(fullname, target=None):
     if entry is None:
         return None
     filename = source(fullname[len(PACKAGE):])
-    try:
-        st = os.stat(filename)
-        if st.st_mtime_ns != entry[0] or st.st_size != entry[1]:
-            # An edited LATER module: it imports from its file, and the next start, finding no
-            # pack, builds one (a start checks only its own modules' sources).
+    if not _unchanged(filename, entry):
+        # An edited LATER module: it imports from its file, and the next start, finding no pack,
+        # builds one. Checked here, at its import, not at every start (a start checks its own).
+        try:
             os.unlink(path())
-            return None
-    except OSError:
+        except OSError:
+            pass
         return None
     spec = _bootstrap.ModuleSpec(fullname, _loader(fullname, filename, entry[2]), origin=filename,
                                  loader_state=PACKED)
     spec.has_location = True
     return spec
+
+
+def _unchanged(filename, entry):
+    """Is the source the pack's entry (mtime_ns, size, ...) was made from still what is on disk?"""
+    try:
+        st = os.stat(filename)
+    except OSError:
+        return False
+    return st.st_mtime_ns == entry[0] and st.st_size == entry[1]
 
 
 def _load(pack, where):
@@ -149,13 +157,9 @@ def _load(pack, where):
             current = current and entry is not None
             continue
         filename = source(short)
-        try:
-            st = os.stat(filename)
-        except OSError:
-            st = None
         parent_name, _, leaf = name.rpartition(".")
         parent = sys.modules.get(parent_name)
-        if st is None or st.st_mtime_ns != entry[0] or st.st_size != entry[1] or parent is None:
+        if parent is None or not _unchanged(filename, entry):
             current = False
             continue
         package = short in _PACKAGES
