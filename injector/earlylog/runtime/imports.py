@@ -49,7 +49,7 @@ def own_threads():
     c = libc.bound()
     if c is None or _listing[0] is not None:
         return
-    fds = sys.modules.get(_FDS) or _load_fds(c)
+    fds = sys.modules.get(_FDS) or _load_fds(libc, c)
     if _original is None:
         _hook()
     finder = sys.modules["_frozen_importlib_external"].FileFinder
@@ -59,13 +59,12 @@ def own_threads():
     _high[:] = [fds, c]
 
 
-def _load_fds(c):
+def _load_fds(libc, c):
     """fds, loaded from its file by path (a finder would list the folder at a low number), its
     files read and its .pyc written high: by libc here, since fds itself does it for the rest."""
     bootstrap, external = sys.modules["_frozen_importlib"], sys.modules["_frozen_importlib_external"]
     spec = external.spec_from_file_location(_FDS, os.path.join(os.path.dirname(__file__), "fds.py"))
     written = []
-    from earlylog.runtime import libc
     spec.loader.get_data = lambda path: libc.read_module(c, path)
     spec.loader.set_data = lambda path, data, _mode=0o666: written.append((path, data, _mode))
     try:
